@@ -1,0 +1,11 @@
+# Shared settings for the scripts: the pinned versions and where the cached
+# Python environment that carries LibTorch lives (outside the clone, so CI and
+# new clones reuse it). Sourced, not executed.
+CQK_TORCH_VERSION="2.11.0"          # CUDA 13.0 build on PyPI, same as the GPU machine
+CQK_PYTHON="${CQK_PYTHON:-python3}"
+CQK_CACHE="${CQK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cqk}"
+CQK_VENV="$CQK_CACHE/torch-$CQK_TORCH_VERSION-$("$CQK_PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null || echo unknown)"
+CQK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CQK_BUILD="${CQK_BUILD:-$CQK_ROOT/build}"
+CQK_DEBIAN_PACKAGES=(cmake ninja-build ccache g++ python3-venv libyaml-cpp-dev libcli11-dev libspdlog-dev
+                     libsentencepiece-dev libgtest-dev)

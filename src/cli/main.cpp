@@ -1,0 +1,35 @@
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "commands.h"
+#include "cqk/build_info.h"
+#include "cqk/runtime.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cqk: coupled query-key attention on LibTorch"};
+  app.require_subcommand(0, 1);
+  bool show_version = false;
+  int threads = 0;
+  app.add_flag("--version", show_version, "Print versions, CUDA and thread information");
+  app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS or all available cores)");
+  cqk::cli::add_train_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // Subcommands run from their callbacks inside parse(); this handles the rest.
+  if (show_version) {
+    cqk::configure_threads(threads);
+    std::cout << cqk::describe(cqk::build_info());
+    return 0;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cout << app.help();
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,29 @@
+#include "cqk/runtime.h"
+
+#include <ATen/Parallel.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace cqk {
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+int configure_threads(int requested) {
+  int threads = requested;
+  if (threads <= 0) {
+    const char* env = std::getenv("CQK_NUM_THREADS");
+    threads = env ? std::atoi(env) : 0;
+  }
+  if (threads <= 0) threads = available_cpus();
+  at::set_num_threads(threads);
+  return at::get_num_threads();
+}
+
+}  // namespace cqk

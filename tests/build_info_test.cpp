@@ -1,0 +1,49 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "cqk/build_info.h"
+#include "cqk/runtime.h"
+
+namespace {
+
+TEST(Runtime, ConfigureThreadsSetsTorchThreadCount) {
+  EXPECT_EQ(cqk::configure_threads(1), 1);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  EXPECT_EQ(cqk::configure_threads(0), cqk::available_cpus());
+}
+
+// The PyPI wheel's CPU matmul runs on MKL; a reference BLAS would be ~40x slower.
+TEST(Runtime, CpuMatmulUsesAnOptimisedBlas) {
+  const auto info = cqk::build_info();
+  EXPECT_TRUE(info.blas == "mkl" || info.blas == "open" || info.blas == "openblas") << info.blas;
+}
+
+TEST(BuildInfo, ReportsVersions) {
+  const auto info = cqk::build_info();
+  EXPECT_EQ(info.cqk_version.substr(0, 2), "0.");
+  EXPECT_EQ(info.torch_version.substr(0, 2), "2.");
+  EXPECT_NE(cqk::describe(info).find("cpu threads"), std::string::npos);
+}
+
+}  // namespace
+
+#ifdef CQK_WITH_CUDA
+#include <fstream>
+#include <set>
+
+namespace {
+// Torch and cqk's kernels must share one CUDA runtime: two copies of libcudart
+// in a process break stream and context sharing.
+TEST(Runtime, OneCudaRuntimeIsLoaded) {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> cudarts;
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash != std::string::npos && line.find("libcudart.so") != std::string::npos) cudarts.insert(line.substr(slash));
+  }
+  EXPECT_EQ(cudarts.size(), 1u) << "libcudart copies mapped: " << cudarts.size();
+}
+}  // namespace
+#endif
