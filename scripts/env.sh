@@ -8,4 +8,4 @@ CQK_VENV="$CQK_CACHE/torch-$CQK_TORCH_VERSION-$("$CQK_PYTHON" -c 'import sys; pr
 CQK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CQK_BUILD="${CQK_BUILD:-$CQK_ROOT/build}"
 CQK_DEBIAN_PACKAGES=(cmake ninja-build ccache g++ python3-venv libyaml-cpp-dev libcli11-dev libspdlog-dev
-                     libsentencepiece-dev libgtest-dev)
+                     libsentencepiece-dev libgtest-dev nlohmann-json3-dev)

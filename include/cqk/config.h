@@ -1,0 +1,107 @@
+#pragma once
+// The experiment configuration: plain structs with defaults, filled from YAML
+// (`inherit:` for a base file, `--set key.path=value` overrides) and written
+// back fully resolved into the run directory. Every field is a YAML key of the
+// same name under its section (model.attention.coupling.kind, train.lr, ...).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cqk {
+
+struct CouplingConfig {
+  std::string kind = "none";          // none | affine | noninvertible | uncoupled | dynamics
+  int64_t hidden = 8;                 // r of the affine conditioner; controls match Affine's count
+  int64_t steps = 2;                  // affine: alternating steps; dynamics: integration steps
+  double clamp = 2.0;                 // soft clamp c of the log-scale
+  bool shared_across_heads = false;
+  bool separate_pairs = false;        // differential: one coupling per q/k pair
+  std::string integrator = "symplectic";  // dynamics: euler | symplectic
+  double dt_init = 0.0;               // dynamics: initial step size (0 = identity at init)
+  bool recompute_from_inverse = true; // backward rebuilds inputs with the inverse
+};
+
+struct MultiTokenConfig {
+  int64_t every = 4;                  // MTA on layers l with (l + 1) % every == 0
+  int64_t query_kernel = 6;           // c_q (causal over queries)
+  int64_t key_kernel = 11;            // c_k (odd, centred on the key)
+  int64_t head_group = 2;             // heads mixed within groups of this size
+};
+
+struct AttentionConfig {
+  std::string kind = "vanilla";       // vanilla | diff | qknorm | mta
+  CouplingConfig coupling;
+  MultiTokenConfig mta;
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 0;             // 0: taken from the data
+  int64_t width = 128;
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;               // 0: same as heads
+  std::string mlp = "swiglu";         // gelu | swiglu
+  int64_t mlp_hidden = 0;             // 0: 4*width (gelu) or 8/3*width rounded up to 64 (swiglu)
+  double rope_base = 10000.0;
+  double init_std = 0.02;
+  double norm_eps = 1e-5;
+  AttentionConfig attention;
+};
+
+struct RecallConfig {
+  int64_t vocab_size = 128;           // keys from the lower half, values from the upper half
+  int64_t pairs = 8;                  // key-value pairs per sequence
+  double power_law = 0.1;             // query placement exponent (Zoology's alpha)
+  int64_t train_examples = 20000;     // distinct training sequences (cycled)
+  int64_t eval_examples = 1000;
+};
+
+struct DataConfig {
+  std::string kind = "recall";        // recall (generated, no download) | tokens (files from `cqk data encode`)
+  std::string dir;                    // tokens: folder with train.bin, valid.bin, test.bin
+  int64_t seq_len = 64;
+  int64_t batch_size = 32;            // global batch in sequences (per step, before accumulation)
+  int64_t eval_stride = 0;            // evaluation window stride; 0: seq_len (non-overlapping)
+  int64_t prefetch = 2;               // batches prepared ahead on a background thread
+  RecallConfig recall;
+};
+
+struct TrainConfig {
+  int64_t steps = 300;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;          // final lr = lr * min_lr_ratio
+  int64_t warmup_steps = 30;
+  std::string schedule = "cosine";    // cosine | wsd | constant
+  double decay_fraction = 0.2;        // wsd: last fraction of steps that decays
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;             // 0: off
+  int64_t grad_accum = 1;
+  bool decay_norms_and_biases = false;
+  bool decay_embeddings = false;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 20;          // 0: the whole split
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 100;
+  int64_t keep_checkpoints = 2;
+  std::string device = "auto";        // auto | cpu | cuda
+  std::string dtype = "auto";         // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+  int64_t threads = 0;                // 0: all available cores
+};
+
+struct RunConfig {
+  std::string name = "default";
+  std::string dir;                    // empty: runs/<name>-seed<seed>
+  int64_t seed = 1;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+};
+
+}  // namespace cqk
