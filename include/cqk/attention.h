@@ -1,0 +1,95 @@
+#pragma once
+// Causal self-attention with the coupling between the projections and the
+// scoring, for four scoring mechanisms. Data flow per mechanism:
+//   projections -> coupling -> [QK-norm] -> RoPE -> scores -> [MTA conv, mixing] -> softmax -> values
+// (docs/ARCHITECTURE.md has the table).
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+
+#include "cqk/coupling.h"
+#include "cqk/rms_norm.h"
+
+namespace cqk {
+
+enum class AttentionKind {
+  Vanilla,       // softmax(q k^T / sqrt(d)) v, fused SDPA
+  Differential,  // (softmax(q1 k1^T) - lambda softmax(q2 k2^T)) v, arXiv 2410.05258
+  QKNorm,        // per-head RMSNorm of q and k before scoring
+  MultiToken,    // key-query convolution over the logits + head mixing, arXiv 2504.00927
+};
+
+AttentionKind parse_attention_kind(const std::string& name);  // vanilla|diff|qknorm|mta
+std::string to_string(AttentionKind kind);
+
+struct MultiTokenOptions {
+  TORCH_ARG(int64_t, query_kernel) = 6;  // c_q, causal over queries
+  TORCH_ARG(int64_t, key_kernel) = 11;   // c_k, odd, centred on the key
+  TORCH_ARG(int64_t, head_group) = 2;    // heads mixed within groups of this size
+};
+
+struct AttentionOptions {
+  AttentionOptions() = default;
+  AttentionOptions(int64_t width, int64_t num_heads) : width_(width), num_heads_(num_heads) {}
+
+  TORCH_ARG(AttentionKind, kind) = AttentionKind::Vanilla;
+  TORCH_ARG(int64_t, width) = 128;
+  // Query heads of size width / num_heads. Differential pairs them: num_heads/2
+  // heads, each with two (q, k) pairs and a value of twice the head size.
+  TORCH_ARG(int64_t, num_heads) = 4;
+  // Key/value heads (grouped-query attention); 0 means num_heads.
+  TORCH_ARG(int64_t, num_kv_heads) = 0;
+  TORCH_ARG(int64_t, layer_index) = 0;   // sets Differential's lambda_init
+  TORCH_ARG(bool, rope) = true;
+  TORCH_ARG(double, rope_base) = 10000.0;
+  TORCH_ARG(bool, causal) = true;
+  TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(MultiTokenOptions, mta) = {};
+  // The coupling; its num_heads and head_dim are set by the attention.
+  TORCH_ARG(CouplingOptions, coupling) = {};
+  // Differential: one coupling per (q, k) pair instead of one shared by both.
+  TORCH_ARG(bool, separate_pair_couplings) = false;
+};
+
+// Differential attention's lambda_init for a layer: 0.8 - 0.6 exp(-0.3 l).
+double differential_lambda_init(int64_t layer_index);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const AttentionOptions& options);
+
+  // x: [batch, time, width] -> [batch, time, width].
+  at::Tensor forward(const at::Tensor& x);
+
+  // The attention logits of the MultiToken mechanism after its convolution,
+  // before softmax, with masked entries at -inf: [batch, heads, time, time].
+  at::Tensor multi_token_logits(const at::Tensor& q, const at::Tensor& k) const;
+
+  const AttentionOptions& options() const { return options_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t coupling_parameter_count() const { return coupling_->parameter_count(); }
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
+  QKCoupling coupling_{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // QKNorm
+  RMSNorm head_norm{nullptr};                // Differential and MultiToken: per-head output norm
+  at::Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;  // Differential
+  at::Tensor mta_kernel;                     // MultiToken: [heads, 1, c_q, c_k]
+  at::Tensor mta_mixing;                     // MultiToken: [heads / group, group, group]
+
+ private:
+  at::Tensor forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x);
+  at::Tensor score(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor position(const at::Tensor& x) const;
+
+  AttentionOptions options_;
+  int64_t head_dim_;
+  int64_t kv_heads_;
+  double lambda_init_ = 0.0;
+};
+TORCH_MODULE(Attention);
+
+}  // namespace cqk

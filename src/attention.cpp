@@ -1,0 +1,197 @@
+#include "cqk/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "cqk/rope.h"
+
+namespace cqk {
+
+namespace {
+
+const std::pair<AttentionKind, const char*> kKindNames[] = {{AttentionKind::Vanilla, "vanilla"},
+                                                            {AttentionKind::Differential, "diff"},
+                                                            {AttentionKind::QKNorm, "qknorm"},
+                                                            {AttentionKind::MultiToken, "mta"}};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("attention: " + message);
+}
+
+// [batch, time, heads * dim] -> [batch, heads, time, dim]
+at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, -1}).transpose(1, 2);
+}
+
+// [batch, heads, time, dim] -> [batch, time, heads * dim]
+at::Tensor merge_heads(const at::Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), -1});
+}
+
+}  // namespace
+
+AttentionKind parse_attention_kind(const std::string& name) {
+  for (const auto& [kind, text] : kKindNames)
+    if (name == text) return kind;
+  throw std::invalid_argument("unknown attention kind '" + name + "' (expected vanilla|diff|qknorm|mta)");
+}
+
+std::string to_string(AttentionKind kind) {
+  for (const auto& [k, text] : kKindNames)
+    if (k == kind) return text;
+  return "?";
+}
+
+double differential_lambda_init(int64_t layer_index) {
+  return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer_index));
+}
+
+AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
+  const int64_t width = options.width(), heads = options.num_heads();
+  require(width > 0 && heads > 0, "width and num_heads must be positive");
+  require(width % heads == 0, "num_heads (" + std::to_string(heads) + ") must divide width (" +
+                                  std::to_string(width) + ")");
+  head_dim_ = width / heads;
+  kv_heads_ = options.num_kv_heads() > 0 ? options.num_kv_heads() : heads;
+  require(heads % kv_heads_ == 0, "num_kv_heads (" + std::to_string(kv_heads_) + ") must divide num_heads (" +
+                                      std::to_string(heads) + ")");
+  require(!options.rope() || head_dim_ % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim_));
+  const bool differential = options.kind() == AttentionKind::Differential;
+  require(!differential || (heads % 2 == 0 && kv_heads_ == heads),
+          "diff attention needs an even num_heads and num_kv_heads == num_heads");
+
+  q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)));
+  k_proj = register_module("k_proj",
+                           torch::nn::Linear(torch::nn::LinearOptions(width, kv_heads_ * head_dim_).bias(false)));
+  v_proj = register_module("v_proj",
+                           torch::nn::Linear(torch::nn::LinearOptions(width, kv_heads_ * head_dim_).bias(false)));
+  out_proj = register_module("out_proj", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)));
+
+  // Differential shares one coupling between its two pairs unless asked otherwise.
+  const int64_t coupling_heads = differential && !options.separate_pair_couplings() ? heads / 2 : heads;
+  auto coupling_options = options.coupling();
+  coupling_options.num_heads(coupling_heads).head_dim(head_dim_);
+  coupling_ = register_module("coupling", QKCoupling(coupling_options));
+
+  switch (options.kind()) {
+    case AttentionKind::Vanilla: break;
+    case AttentionKind::QKNorm:
+      q_norm = register_module("q_norm", RMSNorm(head_dim_, options.norm_eps()));
+      k_norm = register_module("k_norm", RMSNorm(head_dim_, options.norm_eps()));
+      break;
+    case AttentionKind::Differential:
+      lambda_init_ = differential_lambda_init(options.layer_index());
+      lambda_q1 = register_parameter("lambda_q1", at::randn({head_dim_}) * 0.1);
+      lambda_k1 = register_parameter("lambda_k1", at::randn({head_dim_}) * 0.1);
+      lambda_q2 = register_parameter("lambda_q2", at::randn({head_dim_}) * 0.1);
+      lambda_k2 = register_parameter("lambda_k2", at::randn({head_dim_}) * 0.1);
+      head_norm = register_module("head_norm", RMSNorm(2 * head_dim_, options.norm_eps()));
+      break;
+    case AttentionKind::MultiToken: {
+      const auto& mta = options.mta();
+      require(mta.query_kernel() >= 1 && mta.key_kernel() >= 1 && mta.key_kernel() % 2 == 1,
+              "mta kernel sizes must be positive and key_kernel odd");
+      require(mta.head_group() >= 1 && heads % mta.head_group() == 0,
+              "mta head_group must divide num_heads");
+      // Identity initialisation: a delta at the current query and key, no head mixing.
+      auto kernel = at::zeros({heads, 1, mta.query_kernel(), mta.key_kernel()});
+      kernel.select(2, mta.query_kernel() - 1).select(2, mta.key_kernel() / 2).fill_(1.0);
+      mta_kernel = register_parameter("mta_kernel", kernel);
+      mta_mixing = register_parameter(
+          "mta_mixing", at::eye(mta.head_group()).repeat({heads / mta.head_group(), 1, 1}));
+      head_norm = register_module("head_norm", RMSNorm(head_dim_, options.norm_eps()));
+      break;
+    }
+  }
+}
+
+at::Tensor AttentionImpl::position(const at::Tensor& x) const {
+  return options_.rope() ? apply_rope(x, options_.rope_base()) : x;
+}
+
+at::Tensor AttentionImpl::multi_token_logits(const at::Tensor& q, const at::Tensor& k) const {
+  const int64_t time = q.size(2);
+  const auto& mta = options_.mta();
+  auto logits = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim_));
+  const auto future = options_.causal()
+                          ? at::ones({time, time}, q.options().dtype(at::kBool)).triu(1)
+                          : at::zeros({time, time}, q.options().dtype(at::kBool));
+  // Masked logits are zeroed before the convolution and masked again after it,
+  // so no future key leaks in through the kernel's reach.
+  logits = logits.masked_fill(future, 0.0);
+  const int64_t half_key = mta.key_kernel() / 2;
+  // Pad queries only on the past side (causal), keys on both sides.
+  logits = at::constant_pad_nd(logits, {half_key, half_key, mta.query_kernel() - 1, 0});
+  const std::vector<int64_t> ones{1, 1}, no_padding{0, 0};
+  logits = at::conv2d(logits, mta_kernel.to(logits.scalar_type()), /*bias=*/at::Tensor(), ones, no_padding, ones,
+                      /*groups=*/options_.num_heads());
+  return logits.masked_fill(future, -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor AttentionImpl::score(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  if (options_.kind() != AttentionKind::MultiToken) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, options_.causal());
+  }
+  // MTA needs the T x T scores explicitly: convolution, softmax, head mixing.
+  auto weights = at::softmax(multi_token_logits(q, k), -1);
+  const int64_t group = options_.mta().head_group();
+  const auto sizes = weights.sizes().vec();
+  // [B, H, T, T] -> [B, H/g, g, T*T]; mix the g heads of each group.
+  auto grouped = weights.reshape({sizes[0], sizes[1] / group, group, -1});
+  weights = at::matmul(mta_mixing.to(weights.scalar_type()).unsqueeze(0), grouped).reshape(sizes);
+  return head_norm->forward(at::matmul(weights, v));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  require(x.dim() == 3 && x.size(2) == options_.width(),
+          "input must be [batch, time, " + std::to_string(options_.width()) + "], got " + c10::str(x.sizes()));
+  auto q = split_heads(q_proj(x), options_.num_heads());
+  auto k = split_heads(k_proj(x), kv_heads_);
+  if (options_.kind() == AttentionKind::Differential) return forward_differential(q, k, x);
+
+  auto v = split_heads(v_proj(x), kv_heads_);
+  if (kv_heads_ != options_.num_heads()) {
+    // The coupling pairs each query head with a key head, so shared keys are expanded first.
+    const int64_t repeat = options_.num_heads() / kv_heads_;
+    k = k.repeat_interleave(repeat, 1);
+    v = v.repeat_interleave(repeat, 1);
+  }
+  std::tie(q, k) = coupling_(q, k);
+  if (options_.kind() == AttentionKind::QKNorm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = position(q);
+  k = position(k);
+  return out_proj(merge_heads(score(q, k, v)));
+}
+
+at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x) {
+  const int64_t batch = x.size(0), time = x.size(1), heads = options_.num_heads() / 2;
+  const auto v = split_heads(v_proj(x), heads);  // [B, H/2, T, 2d]
+  // Heads 2i and 2i+1 are the two (q, k) pairs of differential head i.
+  const auto by_pair = [&](const at::Tensor& t) {  // [B, H, T, d] -> [B, 2, H/2, T, d]
+    return t.view({batch, heads, 2, time, head_dim_}).transpose(1, 2);
+  };
+  if (options_.separate_pair_couplings()) {
+    std::tie(q, k) = coupling_(by_pair(q).reshape({batch, 2 * heads, time, head_dim_}),
+                               by_pair(k).reshape({batch, 2 * heads, time, head_dim_}));
+  } else {
+    // Both pairs through one per-head coupling: fold the pair axis into the batch.
+    std::tie(q, k) = coupling_(by_pair(q).reshape({batch * 2, heads, time, head_dim_}),
+                               by_pair(k).reshape({batch * 2, heads, time, head_dim_}));
+  }
+  q = position(q).reshape({batch, 2, heads, time, head_dim_});
+  k = position(k).reshape({batch, 2, heads, time, head_dim_});
+  const auto a1v = score(q.select(1, 0), k.select(1, 0), v);
+  const auto a2v = score(q.select(1, 1), k.select(1, 1), v);
+  const auto lambda = at::exp((lambda_q1 * lambda_k1).sum()) - at::exp((lambda_q2 * lambda_k2).sum()) + lambda_init_;
+  // (A1 - lambda A2) V = A1 V - lambda A2 V: two fused attention calls.
+  const auto out = head_norm(a1v - lambda.to(a1v.scalar_type()) * a2v) * (1.0 - lambda_init_);
+  return out_proj(merge_heads(out));
+}
+
+}  // namespace cqk

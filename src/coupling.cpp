@@ -1,0 +1,289 @@
+#include "cqk/coupling.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace cqk {
+
+namespace {
+
+const std::pair<CouplingKind, const char*> kKindNames[] = {
+    {CouplingKind::None, "none"},           {CouplingKind::Affine, "affine"},
+    {CouplingKind::NonInvertible, "noninvertible"}, {CouplingKind::Uncoupled, "uncoupled"},
+    {CouplingKind::Dynamics, "dynamics"}};
+
+int64_t groups(const CouplingOptions& o) { return o.shared_across_heads() ? 1 : o.num_heads(); }
+
+int64_t affine_parameter_count(const CouplingOptions& o) {
+  return o.steps() * HeadwiseMLPImpl::parameter_count(groups(o), o.head_dim(), o.hidden(), 2 * o.head_dim());
+}
+
+// The width r' whose parameter count `count(r')` is closest to `target`.
+template <typename Count>
+int64_t closest_width(int64_t target, Count count) {
+  int64_t best = 1;
+  for (int64_t r = 1; count(r) <= 2 * target; ++r) {
+    if (std::llabs(count(r) - target) < std::llabs(count(best) - target)) best = r;
+  }
+  return best;
+}
+
+// Splits the conditioner output [.., 2d] into a soft-clamped log-scale and a shift.
+std::pair<at::Tensor, at::Tensor> scale_and_shift(const at::Tensor& conditioner_out, double clamp) {
+  auto parts = conditioner_out.chunk(2, -1);
+  return {at::tanh(parts[0] / clamp) * clamp, parts[1]};
+}
+
+}  // namespace
+
+CouplingKind parse_coupling_kind(const std::string& name) {
+  for (const auto& [kind, text] : kKindNames)
+    if (name == text) return kind;
+  throw std::invalid_argument("unknown coupling kind '" + name +
+                              "' (expected none|affine|noninvertible|uncoupled|dynamics)");
+}
+
+std::string to_string(CouplingKind kind) {
+  for (const auto& [k, text] : kKindNames)
+    if (k == kind) return text;
+  return "?";
+}
+
+Integrator parse_integrator(const std::string& name) {
+  if (name == "euler") return Integrator::Euler;
+  if (name == "symplectic") return Integrator::Symplectic;
+  throw std::invalid_argument("unknown integrator '" + name + "' (expected euler|symplectic)");
+}
+
+std::string to_string(Integrator integrator) {
+  return integrator == Integrator::Euler ? "euler" : "symplectic";
+}
+
+bool is_invertible(const CouplingOptions& o) {
+  switch (o.kind()) {
+    case CouplingKind::None:
+    case CouplingKind::Affine: return true;
+    case CouplingKind::Dynamics: return o.integrator() == Integrator::Symplectic;
+    default: return false;
+  }
+}
+
+int64_t coupling_hidden_width(const CouplingOptions& o) {
+  const int64_t d = o.head_dim(), g = groups(o), target = affine_parameter_count(o);
+  switch (o.kind()) {
+    case CouplingKind::NonInvertible:
+      return closest_width(target, [&](int64_t r) { return HeadwiseMLPImpl::parameter_count(g, 2 * d, r, 2 * d); });
+    case CouplingKind::Uncoupled:
+      return closest_width(target, [&](int64_t r) { return 2 * HeadwiseMLPImpl::parameter_count(g, d, r, d); });
+    case CouplingKind::Dynamics:
+      return closest_width(target, [&](int64_t r) { return HeadwiseMLPImpl::parameter_count(g, d, r, d) + g; });
+    default: return o.hidden();
+  }
+}
+
+int64_t coupling_parameter_count(const CouplingOptions& o) {
+  const int64_t d = o.head_dim(), g = groups(o), r = coupling_hidden_width(o);
+  switch (o.kind()) {
+    case CouplingKind::None: return 0;
+    case CouplingKind::Affine: return affine_parameter_count(o);
+    case CouplingKind::NonInvertible: return HeadwiseMLPImpl::parameter_count(g, 2 * d, r, 2 * d);
+    case CouplingKind::Uncoupled: return 2 * HeadwiseMLPImpl::parameter_count(g, d, r, d);
+    case CouplingKind::Dynamics: return HeadwiseMLPImpl::parameter_count(g, d, r, d) + g;
+  }
+  return 0;
+}
+
+QKCouplingImpl::QKCouplingImpl(const CouplingOptions& options) : options_(options) {
+  const int64_t d = options.head_dim(), g = groups(options), r = coupling_hidden_width(options);
+  if (options.num_heads() < 1 || d < 1 || options.hidden() < 1 || options.steps() < 1 || options.clamp() <= 0)
+    throw std::invalid_argument("coupling: num_heads, head_dim, hidden, steps and clamp must be positive");
+  // Output layers start at zero, so every kind but Dynamics-with-dt starts as the identity.
+  auto add = [&](int64_t in, int64_t out) {
+    conditioners_.push_back(
+        register_module("conditioner" + std::to_string(conditioners_.size()), HeadwiseMLP(g, in, r, out, true)));
+  };
+  switch (options.kind()) {
+    case CouplingKind::None: break;
+    case CouplingKind::Affine:
+      for (int64_t i = 0; i < options.steps(); ++i) add(d, 2 * d);
+      break;
+    case CouplingKind::NonInvertible: add(2 * d, 2 * d); break;
+    case CouplingKind::Uncoupled:
+      add(d, d);
+      add(d, d);
+      break;
+    case CouplingKind::Dynamics:
+      add(d, d);
+      dt_ = register_parameter("dt", at::full({g}, options.dt_init()));
+      break;
+  }
+}
+
+int64_t QKCouplingImpl::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+void QKCouplingImpl::check_input(const at::Tensor& q, const at::Tensor& k, const char* where) const {
+  const auto expect = [&](const at::Tensor& t, const char* name) {
+    if (t.dim() != 4 || t.size(1) != options_.num_heads() || t.size(3) != options_.head_dim())
+      throw std::invalid_argument(std::string("coupling ") + where + ": " + name +
+                                  " must be [batch, " + std::to_string(options_.num_heads()) + ", time, " +
+                                  std::to_string(options_.head_dim()) + "], got " + c10::str(t.sizes()));
+  };
+  expect(q, "q");
+  expect(k, "k");
+  if (q.sizes() != k.sizes())
+    throw std::invalid_argument(std::string("coupling ") + where + ": q " + c10::str(q.sizes()) + " and k " +
+                                c10::str(k.sizes()) + " differ");
+}
+
+std::pair<at::Tensor, at::Tensor> QKCouplingImpl::transform(at::Tensor q, at::Tensor k) const {
+  const double c = options_.clamp();
+  switch (options_.kind()) {
+    case CouplingKind::None: break;
+    case CouplingKind::Affine:
+      for (size_t i = 0; i < conditioners_.size(); ++i) {
+        // Even steps update k conditioned on q, odd steps q conditioned on k.
+        at::Tensor& target = (i % 2 == 0) ? k : q;
+        const at::Tensor& given = (i % 2 == 0) ? q : k;
+        auto [s, t] = scale_and_shift(conditioners_[i]->forward(given), c);
+        target = target * at::exp(s) + t;
+      }
+      break;
+    case CouplingKind::NonInvertible: {
+      auto both = at::cat({q, k}, -1);
+      auto updated = both + conditioners_[0]->forward(both);
+      auto parts = updated.chunk(2, -1);
+      q = parts[0];
+      k = parts[1];
+      break;
+    }
+    case CouplingKind::Uncoupled: {
+      auto q_new = q + conditioners_[0]->forward(q);
+      k = k + conditioners_[1]->forward(k);
+      q = q_new;
+      break;
+    }
+    case CouplingKind::Dynamics: {
+      const auto dt = dt_.view({1, -1, 1, 1});
+      for (int64_t i = 0; i < options_.steps(); ++i) {
+        auto q_new = q + dt * k;
+        // Symplectic (semi-implicit) Euler uses the updated q, which makes the step invertible.
+        const auto& q_force = options_.integrator() == Integrator::Symplectic ? q_new : q;
+        k = k + dt * conditioners_[0]->forward(q_force);
+        q = q_new;
+      }
+      break;
+    }
+  }
+  return {q, k};
+}
+
+std::pair<at::Tensor, at::Tensor> QKCouplingImpl::inverse_transform(at::Tensor q, at::Tensor k) const {
+  if (!is_invertible(options_))
+    throw std::logic_error("coupling kind '" + to_string(options_.kind()) +
+                           (options_.kind() == CouplingKind::Dynamics ? "' with the euler integrator" : "'") +
+                           " has no inverse");
+  const double c = options_.clamp();
+  if (options_.kind() == CouplingKind::Affine) {
+    for (size_t i = conditioners_.size(); i-- > 0;) {
+      at::Tensor& target = (i % 2 == 0) ? k : q;
+      const at::Tensor& given = (i % 2 == 0) ? q : k;
+      auto [s, t] = scale_and_shift(conditioners_[i]->forward(given), c);
+      target = (target - t) * at::exp(-s);
+    }
+  } else if (options_.kind() == CouplingKind::Dynamics) {
+    const auto dt = dt_.view({1, -1, 1, 1});
+    for (int64_t i = 0; i < options_.steps(); ++i) {
+      k = k - dt * conditioners_[0]->forward(q);
+      q = q - dt * k;
+    }
+  }
+  return {q, k};
+}
+
+namespace {
+
+// Saves only the coupling's outputs; the backward rebuilds the inputs with the
+// exact inverse and differentiates the map again from there.
+struct RecomputeFromInverse : public torch::autograd::Function<RecomputeFromInverse> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                                                const at::Tensor& k, QKCouplingImpl* coupling,
+                                                at::TensorList params) {
+    auto [q_out, k_out] = coupling->transform(q, k);
+    // The module outlives the backward pass of any graph built through it.
+    ctx->saved_data["coupling"] = reinterpret_cast<int64_t>(coupling);
+    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    ctx->save_for_backward({q_out, k_out});
+    return {q_out, k_out};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* coupling = reinterpret_cast<QKCouplingImpl*>(ctx->saved_data["coupling"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    at::Tensor q, k;
+    {
+      at::NoGradGuard no_grad;
+      std::tie(q, k) = coupling->inverse_transform(saved[0], saved[1]);
+    }
+    q = q.detach().requires_grad_(true);
+    k = k.detach().requires_grad_(true);
+    torch::autograd::variable_list inputs{q, k};
+    for (const auto& p : coupling->parameters()) inputs.push_back(p);
+    at::AutoGradMode enable_grad(true);
+    auto [q_out, k_out] = coupling->transform(q, k);
+    const auto grad_or_zero = [](const at::Tensor& g, const at::Tensor& like) {
+      return g.defined() ? g : at::zeros_like(like);
+    };
+    auto input_grads = torch::autograd::grad({q_out, k_out}, inputs,
+                                             {grad_or_zero(grads[0], q_out), grad_or_zero(grads[1], k_out)},
+                                             /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    torch::autograd::variable_list result{input_grads[0], input_grads[1], at::Tensor()};
+    result.insert(result.end(), input_grads.begin() + 2, input_grads.end());
+    return result;
+  }
+};
+
+bool is_reduced_precision(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> QKCouplingImpl::forward(const at::Tensor& q, const at::Tensor& k) {
+  check_input(q, k, "forward");
+  if (options_.kind() == CouplingKind::None) return {q, k};
+  // The map runs in float32 even under bf16 autocast: exp(s) and the inverse
+  // need the precision, and the work is tiny next to the scoring.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const auto out_type = q.scalar_type();
+  const bool upcast = is_reduced_precision(q);
+  const auto qf = upcast ? q.to(at::kFloat) : q;
+  const auto kf = upcast ? k.to(at::kFloat) : k;
+
+  std::pair<at::Tensor, at::Tensor> out;
+  const bool needs_graph = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || is_training());
+  if (options_.recompute_from_inverse() && is_invertible(options_) && needs_graph) {
+    const auto params = parameters();
+    // As a TensorList, each parameter counts as an input of the autograd node.
+    auto outputs = RecomputeFromInverse::apply(qf, kf, this, at::TensorList(params));
+    out = {outputs[0], outputs[1]};
+  } else {
+    out = transform(qf, kf);
+  }
+  if (upcast) out = {out.first.to(out_type), out.second.to(out_type)};
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> QKCouplingImpl::inverse(const at::Tensor& q, const at::Tensor& k) {
+  check_input(q, k, "inverse");
+  return inverse_transform(q, k);
+}
+
+}  // namespace cqk

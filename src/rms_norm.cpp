@@ -1,0 +1,17 @@
+#include "cqk/rms_norm.h"
+
+namespace cqk {
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  // Statistics in float32 at least, so bf16 activations normalise accurately.
+  const auto compute_type = at::promote_types(x.scalar_type(), at::kFloat);
+  const auto xf = x.to(compute_type);
+  const auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return (normed * weight).to(x.scalar_type());
+}
+
+}  // namespace cqk
