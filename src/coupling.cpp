@@ -158,9 +158,11 @@ std::pair<at::Tensor, at::Tensor> QKCouplingImpl::transform(at::Tensor q, at::Te
     case CouplingKind::NonInvertible: {
       auto both = at::cat({q, k}, -1);
       auto updated = both + conditioners_[0]->forward(both);
+      // Outputs keep the inputs' memory layout, so downstream kernels (and their
+      // rounding) are the same as without coupling.
       auto parts = updated.chunk(2, -1);
-      q = parts[0];
-      k = parts[1];
+      q = at::empty_like(q).copy_(parts[0]);
+      k = at::empty_like(k).copy_(parts[1]);
       break;
     }
     case CouplingKind::Uncoupled: {
