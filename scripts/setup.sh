@@ -26,7 +26,7 @@ if [[ ! -f "$CQK_VENV/.complete" ]]; then
   rm -rf "$CQK_VENV"
   mkdir -p "$CQK_CACHE"
   "$CQK_PYTHON" -m venv "$CQK_VENV" || die "cannot create a venv with $CQK_PYTHON (install python3-venv)"
-  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "torch==$CQK_TORCH_VERSION" numpy \
+  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "torch==$CQK_TORCH_VERSION" numpy matplotlib \
     || die "pip could not install torch==$CQK_TORCH_VERSION for $("$CQK_PYTHON" --version)"
   touch "$CQK_VENV/.complete"
 fi

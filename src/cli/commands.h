@@ -4,8 +4,17 @@ namespace CLI {
 class App;
 }
 
+#include <string>
+
 namespace cqk::cli {
 
+// The status main returns after a subcommand ran (0 unless the command sets it).
+int& exit_status();
+// The first line of an error message, without torch's backtrace.
+std::string one_line(const std::string& message);
+
 void add_train_command(CLI::App& app);
+void add_data_command(CLI::App& app);
+void add_stats_command(CLI::App& app);
 
 }  // namespace cqk::cli

@@ -13,13 +13,20 @@ int main(int argc, char** argv) {
   bool show_version = false;
   int threads = 0;
   app.add_flag("--version", show_version, "Print versions, CUDA and thread information");
-  app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS or all available cores)");
+  app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS or all available cores)")
+      ->check(CLI::NonNegativeNumber);
   cqk::cli::add_train_command(app);
+  cqk::cli::add_data_command(app);
+  cqk::cli::add_stats_command(app);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {
+    // Bad input of any kind ends here: one line, non-zero exit, no stack trace.
+    std::cerr << "cqk: error: " << cqk::cli::one_line(e.what()) << "\n";
+    return 2;
   }
   // Subcommands run from their callbacks inside parse(); this handles the rest.
   if (show_version) {
@@ -31,5 +38,5 @@ int main(int argc, char** argv) {
     std::cout << app.help();
     return 1;
   }
-  return 0;
+  return cqk::cli::exit_status();
 }

@@ -1,12 +1,53 @@
 #include <CLI/CLI.hpp>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "cqk/config_loader.h"
+#include "cqk/trainer.h"
 
 namespace cqk::cli {
 
+int& exit_status() {
+  static int status = 0;
+  return status;
+}
+
+std::string one_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
 void add_train_command(CLI::App& app) {
-  auto* train = app.add_subcommand("train", "Train a model from a YAML config");
-  train->callback([] {});
+  struct Arguments {
+    std::string config_path;
+    std::vector<std::string> overrides;
+    TrainOptions options;
+  };
+  auto args = std::make_shared<Arguments>();
+  auto* train = app.add_subcommand("train", "Train a model from a YAML config (default: the embedded tiny config)");
+  train->add_option("config", args->config_path, "YAML config file; omitted: the embedded configs/default.yaml");
+  train->add_option("--set", args->overrides, "Override a config key, e.g. --set model.attention.coupling.kind=affine")
+      ->type_name("KEY=VALUE");
+  train->add_option("--run-dir", args->options.run_dir, "Run directory (default: run.dir or runs/<name>-seed<seed>)");
+  auto* resume = train->add_option("--resume", args->options.run_dir, "Continue the run in this directory")
+                     ->type_name("RUN_DIR");
+  train->add_option("--max-steps", args->options.max_steps,
+                    "Stop after this many steps in this invocation, with a checkpoint (resume later)")
+      ->check(CLI::PositiveNumber);
+  resume->excludes("config");
+  train->callback([args, resume] {
+    args->options.resume = resume->count() > 0;
+    Config config;
+    if (args->options.resume) {
+      if (!args->overrides.empty()) throw std::invalid_argument("--set cannot change the config of a resumed run");
+      config = load_run_config(args->options.run_dir);
+    } else if (args->config_path.empty()) {
+      config = default_config(args->overrides);
+    } else {
+      config = load_config(args->config_path, args->overrides);
+    }
+    exit_status() = exit_code(cqk::train(config, args->options).outcome);
+  });
 }
 
 }  // namespace cqk::cli

@@ -1,0 +1,42 @@
+#pragma once
+// Checkpoints: model, optimizer, step, data position and RNG state in one
+// file, written atomically (temporary file, fsync, rename) behind a header with
+// a checksum, so a crash mid-write or a corrupt file never passes for a good one.
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cqk {
+
+struct TrainingState {
+  int64_t step = 0;           // optimizer steps done
+  int64_t data_position = 0;  // training batches drawn
+  int64_t tokens = 0;         // training tokens seen
+  std::string config_hash;    // of the resolved config the run was started with
+};
+
+// Writes `bytes` to `path` so that `path` holds either its old content or all
+// of `bytes`, never a mix: temporary file in the same folder, fsync, rename, fsync of the folder.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                     const TrainingState& state);
+// Restores model, optimizer and RNG state; throws std::runtime_error naming
+// the file on a bad header, a checksum mismatch or a different config.
+TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                              const std::string& expected_config_hash);
+
+// Checkpoint files of a run directory, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+std::string checkpoint_path(const std::string& run_dir, int64_t step);
+// Deletes all but the newest `keep`.
+void prune_checkpoints(const std::string& run_dir, int64_t keep);
+
+// The model's parameters and buffers as a state dict that Python reads with
+// torch.load(path) (a pickled dict of name -> tensor).
+void save_weights_for_python(const std::string& path, const torch::nn::Module& model);
+
+}  // namespace cqk

@@ -1,0 +1,61 @@
+#pragma once
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+// The finished runs of a sweep, read from run directories. A run directory
+// holds metrics.jsonl while training and results.json once it has finished:
+//   {"name": "diff-affine-150m", "seed": 3, "steps": 1000, "valid_ppl": 21.3,
+//    "test_ppl": 22.1, "params": 150123456, "config_hash": "..."}
+// Runs of one variant share a name and differ in seed.
+namespace cqk::sweep {
+
+struct RunResult {
+  std::filesystem::path dir;
+  std::string name;
+  long long seed = 0;
+  long long steps = 0;
+  double valid_ppl = 0;
+  double test_ppl = 0;
+  long long params = 0;
+  std::string config_hash;
+};
+
+struct SweepRuns {
+  std::vector<RunResult> finished;              // sorted by name, then seed
+  std::vector<std::filesystem::path> unfinished;  // run directories without results.json
+};
+
+// Reads `run_dir`/results.json. name, seed, valid_ppl and test_ppl are
+// required; steps, params and config_hash are optional. Throws
+// std::runtime_error naming the file and the JSON error when it is malformed.
+RunResult read_run_result(const std::filesystem::path& run_dir);
+
+// A directory is a run directory when it holds results.json or metrics.jsonl.
+// Each root is either a run directory or a folder whose run directories lie one
+// or two levels below it (sweep/run or sweep/variant/run). A run reached twice
+// counts once. Throws std::runtime_error for a root that is not a directory.
+SweepRuns find_runs(const std::vector<std::filesystem::path>& roots);
+
+// Finished runs grouped by variant name (map order: sorted by name).
+std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs);
+
+enum class Metric { valid_ppl, test_ppl };
+Metric parse_metric(const std::string& name);  // "valid_ppl" or "test_ppl"
+const char* metric_name(Metric metric);
+double metric_value(const RunResult& run, Metric metric);
+std::vector<double> metric_values(const std::vector<RunResult>& runs, Metric metric);
+
+// The uncoupled base of a coupled variant: the name with its first coupling
+// marker ("-affine", "+affine" or "-coupled", ending the name or followed by
+// '-') removed: "diff-affine-150m" -> "diff-150m", "mta+affine" -> "mta".
+// Empty when the name carries no marker.
+std::optional<std::string> coupling_base(const std::string& variant);
+
+// (variant, base) for every variant whose coupling_base is also among `variants`.
+std::vector<std::pair<std::string, std::string>> automatic_pairs(const std::vector<std::string>& variants);
+
+}  // namespace cqk::sweep

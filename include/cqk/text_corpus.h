@@ -1,0 +1,64 @@
+#pragma once
+// Text corpora on disk: the WikiText-103 layouts and plain text files.
+// Torch-free (cqk_support).
+//
+// A folder is recognised, in this order, as
+//   wikitext-tokens: wiki.train.tokens  wiki.valid.tokens  wiki.test.tokens
+//   wikitext-raw:    wiki.train.raw     wiki.valid.raw     wiki.test.raw
+//   plain:           train.txt          valid.txt          test.txt
+// (the unzipped archive's subfolder, e.g. wikitext-103-raw/, is looked into
+// too). When none is present the error lists the expected names.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace cqk {
+
+struct TextCorpus {
+  std::string format;  // wikitext-tokens | wikitext-raw | plain
+  std::string dir;     // the folder the files were found in (empty for explicit files)
+  std::string train;   // paths
+  std::string valid;
+  std::string test;
+
+  // "train" | "valid" | "test" -> path; throws std::invalid_argument otherwise.
+  const std::string& split(const std::string& name) const;
+};
+
+inline const char* const kCorpusSplits[] = {"train", "valid", "test"};
+
+// Detects the layout of `dir`; throws std::runtime_error naming the folder and
+// every accepted file set when none is complete.
+TextCorpus detect_corpus(const std::string& dir);
+
+// Files to train a tokenizer on: a single folder means its corpus's training
+// split; otherwise each argument must be a readable text file.
+std::vector<std::string> tokenizer_inputs(const std::vector<std::string>& inputs);
+
+// Reads a text file line by line (without the '\n'; a '\r' before it is kept),
+// in large blocks. Throws std::runtime_error naming the file when it cannot be opened.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path);
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  bool next(std::string& line);
+  int64_t bytes_read() const { return bytes_read_; }
+  int64_t file_size() const { return file_size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<char> buffer_;
+  std::size_t begin_ = 0, end_ = 0;
+  bool eof_ = false;
+  int64_t bytes_read_ = 0;
+  int64_t file_size_ = 0;
+};
+
+}  // namespace cqk

@@ -1,0 +1,75 @@
+#pragma once
+// The `data.kind: tokens` batch source: memory-mapped train.bin, valid.bin and
+// test.bin (token_file.h) in DataConfig::dir.
+//
+// Training: global batch n is batch_size windows of seq_len + 1 contiguous
+// tokens; window j starts at train_window_start(seed, n, j, ...), a counter-based
+// hash, so batch n depends only on (seed, n) and seek_train is O(1). Rank r of
+// W takes rows [r*B/W, (r+1)*B/W) of the global batch (B % W must be 0). A
+// background thread keeps DataConfig::prefetch batches ready (0: none); it
+// produces exactly the batches next_train would, so prefetching never changes
+// what is drawn.
+//
+// Evaluation: windows at 0, stride, 2*stride, ... (stride = eval_stride, 0 for
+// seq_len), the last one moved back to end at the split's last token. Every
+// target token 1..N-1 of the split is scored exactly once: a window scores only
+// targets after those of the previous window (with stride < seq_len, the last
+// `stride` ones), the others are -1. Global batches of batch_size windows are
+// cut into rank slices the same way as training; the last, partial batch is
+// padded (inputs 0, targets -1) to a multiple of the world size when W > 1.
+// Compute loss as (sum over scored targets) / (number scored) across batches.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cqk/batch_source.h"
+#include "cqk/config.h"
+
+namespace cqk {
+
+// One evaluation window: inputs are tokens [start, start + seq_len), targets
+// tokens [start + 1, start + seq_len + 1); targets before row index
+// `first_scored` (and any past the split's end) are -1.
+struct EvalWindow {
+  int64_t start = 0;
+  int64_t first_scored = 0;
+};
+
+// Windows of one evaluation pass over a split of `tokens` tokens.
+// stride in [1, seq_len]; a split shorter than seq_len + 1 gives one padded window.
+std::vector<EvalWindow> eval_windows(int64_t tokens, int64_t seq_len, int64_t stride);
+
+// Start of row `row` of global training batch `batch`: uniform in [0, max_start].
+int64_t train_window_start(uint64_t seed, int64_t batch, int64_t row, int64_t max_start);
+
+class TokenBatchSource final : public BatchSource {
+ public:
+  TokenBatchSource(const DataConfig& config, int64_t seed, int rank = 0, int world_size = 1);
+  ~TokenBatchSource() override;
+
+  Batch next_train() override;
+  int64_t train_position() const override { return position_; }
+  void seek_train(int64_t position) override;
+  std::vector<Batch> eval_batches(Split split, int64_t max_batches) override;
+  int64_t vocab_size() const override;
+
+  // Training batch n for this rank, without touching the position.
+  Batch train_batch(int64_t n) const;
+  int64_t split_tokens(Split split) const;
+  uint64_t tokenizer_checksum() const;
+
+ private:
+  class Prefetcher;
+  struct Files;
+
+  DataConfig config_;
+  uint64_t seed_;
+  int rank_, world_size_;
+  int64_t rows_;  // per-rank batch rows
+  std::shared_ptr<const Files> files_;
+  int64_t position_ = 0;
+  std::unique_ptr<Prefetcher> prefetcher_;
+};
+
+}  // namespace cqk

@@ -1,0 +1,49 @@
+#pragma once
+// The training loop behind `cqk train`: AdamW with decoupled weight decay,
+// warmup + cosine/WSD schedule, clipping, accumulation, periodic evaluation,
+// atomic checkpoints and exact resume. See docs/ARCHITECTURE.md for a step's data flow.
+#include <cstdint>
+#include <string>
+
+#include "cqk/batch_source.h"
+#include "cqk/config.h"
+#include "cqk/model.h"
+
+namespace cqk {
+
+struct TrainOptions {
+  std::string run_dir;      // empty: from the config (run.dir or runs/<name>-seed<seed>)
+  bool resume = false;      // continue the run in run_dir from its newest checkpoint
+  int64_t max_steps = 0;    // > 0: stop (with a checkpoint) after this many steps in this invocation
+};
+
+struct Evaluation {
+  double loss = 0.0;        // mean cross entropy per scored token
+  double perplexity = 0.0;
+  double accuracy = 0.0;    // argmax accuracy on scored tokens
+  int64_t tokens = 0;
+};
+
+enum class TrainOutcome { Finished, Paused, Interrupted, Diverged };
+
+struct TrainSummary {
+  TrainOutcome outcome = TrainOutcome::Finished;
+  int64_t step = 0;
+  std::string run_dir;
+  Evaluation valid, test;   // final evaluation (when finished)
+};
+
+// Runs (or resumes) a training run; throws std::runtime_error / std::invalid_argument
+// with a one-line message on bad input.
+TrainSummary train(const Config& config, const TrainOptions& options);
+
+// The resolved config stored in a run directory (for --resume, eval).
+Config load_run_config(const std::string& run_dir);
+
+Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
+                    const c10::Device& device);
+
+// Exit status of `cqk train` for an outcome (0 finished or paused, 130 interrupted, 3 diverged).
+int exit_code(TrainOutcome outcome);
+
+}  // namespace cqk

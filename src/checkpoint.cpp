@@ -1,0 +1,173 @@
+#include "cqk/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Dict.h>
+#include <fcntl.h>
+#include <torch/serialize.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace cqk {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'C', 'Q', 'K', 'C', 'K', 'P', 'T', '1'};
+constexpr size_t kHeaderSize = sizeof(kMagic) + 2 * sizeof(uint64_t);
+
+uint64_t fnv1a(const std::string& bytes) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what);
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) fail(path, std::string("cannot open for fsync: ") + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(errno));
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const fs::path target(path);
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) fail(temporary, std::string("cannot create: ") + std::strerror(errno));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::remove(temporary.c_str());
+      fail(temporary, "write failed (disk full?); the previous file is untouched");
+    }
+  }
+  fsync_path(temporary, O_RDONLY);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    fail(path, std::string("rename failed: ") + std::strerror(errno));
+  }
+  const auto folder = target.has_parent_path() ? target.parent_path().string() : std::string(".");
+  fsync_path(folder, O_RDONLY | O_DIRECTORY);
+}
+
+void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                     const TrainingState& state) {
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("step", c10::IValue(state.step));
+  archive.write("data_position", c10::IValue(state.data_position));
+  archive.write("tokens", c10::IValue(state.tokens));
+  archive.write("config_hash", c10::IValue(state.config_hash));
+  archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  std::ostringstream payload;
+  archive.save_to(payload);
+
+  const std::string body = payload.str();
+  std::string file(kMagic, sizeof(kMagic));
+  const uint64_t size = body.size(), checksum = fnv1a(body);
+  file.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  file.append(reinterpret_cast<const char*>(&checksum), sizeof(checksum));
+  file += body;
+  write_file_atomically(path, file);
+}
+
+TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                              const std::string& expected_config_hash) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open checkpoint");
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (file.size() < kHeaderSize || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
+    fail(path, "not a cqk checkpoint (bad magic at offset 0)");
+  uint64_t size = 0, checksum = 0;
+  std::memcpy(&size, file.data() + sizeof(kMagic), sizeof(size));
+  std::memcpy(&checksum, file.data() + sizeof(kMagic) + sizeof(size), sizeof(checksum));
+  if (file.size() - kHeaderSize != size)
+    fail(path, "truncated checkpoint: header says " + std::to_string(size) + " payload bytes, file has " +
+                   std::to_string(file.size() - kHeaderSize));
+  const std::string body = file.substr(kHeaderSize);
+  if (fnv1a(body) != checksum) fail(path, "checkpoint checksum mismatch (the file is corrupt)");
+
+  torch::serialize::InputArchive archive, model_archive, optimizer_archive;
+  std::istringstream payload(body);
+  archive.load_from(payload);
+  TrainingState state;
+  c10::IValue value;
+  archive.read("config_hash", value);
+  state.config_hash = value.toStringRef();
+  if (!expected_config_hash.empty() && state.config_hash != expected_config_hash)
+    fail(path, "checkpoint was written by a different config (hash " + state.config_hash + ", expected " +
+                   expected_config_hash + ")");
+  archive.read("model", model_archive);
+  archive.read("optimizer", optimizer_archive);
+  try {
+    model.load(model_archive);
+  } catch (const c10::Error& e) {
+    fail(path, std::string("checkpoint does not fit this model: ") + e.what_without_backtrace());
+  }
+  optimizer.load(optimizer_archive);
+  archive.read("step", value);
+  state.step = value.toInt();
+  archive.read("data_position", value);
+  state.data_position = value.toInt();
+  archive.read("tokens", value);
+  state.tokens = value.toInt();
+  at::Tensor rng;
+  archive.read("rng_cpu", rng);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(rng);
+  return state;
+}
+
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%09lld.ckpt", static_cast<long long>(step));
+  return (fs::path(run_dir) / "checkpoints" / name).string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> found;
+  const auto folder = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(folder)) return found;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && entry.path().extension() == ".ckpt") found.push_back(entry.path().string());
+  }
+  std::sort(found.begin(), found.end());  // zero-padded step numbers sort by step
+  return found;
+}
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+  auto all = list_checkpoints(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) fs::remove(all[i]);
+}
+
+void save_weights_for_python(const std::string& path, const torch::nn::Module& model) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& item : model.named_parameters()) state.insert(item.key(), item.value().detach().cpu());
+  for (const auto& item : model.named_buffers()) state.insert(item.key(), item.value().detach().cpu());
+  const auto bytes = torch::pickle_save(c10::IValue(state));
+  write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
+}
+
+}  // namespace cqk

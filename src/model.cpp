@@ -1,0 +1,142 @@
+#include "cqk/model.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace cqk {
+
+AttentionOptions attention_options(const ModelConfig& config, int64_t layer) {
+  const auto& a = config.attention;
+  auto kind = parse_attention_kind(a.kind);
+  if (kind == AttentionKind::MultiToken && (layer + 1) % a.mta.every != 0) kind = AttentionKind::Vanilla;
+  const auto& c = a.coupling;
+  auto coupling = CouplingOptions()
+                      .kind(parse_coupling_kind(c.kind))
+                      .hidden(c.hidden)
+                      .steps(c.steps)
+                      .clamp(c.clamp)
+                      .shared_across_heads(c.shared_across_heads)
+                      .integrator(parse_integrator(c.integrator))
+                      .dt_init(c.dt_init)
+                      .recompute_from_inverse(c.recompute_from_inverse);
+  return AttentionOptions(config.width, config.heads)
+      .kind(kind)
+      .num_kv_heads(config.kv_heads)
+      .layer_index(layer)
+      .rope_base(config.rope_base)
+      .norm_eps(config.norm_eps)
+      .mta(MultiTokenOptions()
+               .query_kernel(a.mta.query_kernel)
+               .key_kernel(a.mta.key_kernel)
+               .head_group(a.mta.head_group))
+      .coupling(coupling)
+      .separate_pair_couplings(c.separate_pairs);
+}
+
+MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
+  const auto linear = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
+  up = register_module("up", torch::nn::Linear(linear(width, hidden)));
+  if (swiglu) gate = register_module("gate", torch::nn::Linear(linear(width, hidden)));
+  down = register_module("down", torch::nn::Linear(linear(hidden, width)));
+}
+
+at::Tensor MLPImpl::forward(const at::Tensor& x) {
+  if (gate) return down(at::silu(gate(x)) * up(x));
+  return down(at::gelu(up(x)));
+}
+
+namespace {
+int64_t mlp_hidden(const ModelConfig& config) {
+  if (config.mlp_hidden > 0) return config.mlp_hidden;
+  if (config.mlp == "gelu") return 4 * config.width;
+  // SwiGLU keeps the parameter count of a 4x GELU MLP with 2/3 of the width, rounded up to 64.
+  return (8 * config.width / 3 + 63) / 64 * 64;
+}
+}  // namespace
+
+BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer) {
+  if (config.mlp != "gelu" && config.mlp != "swiglu")
+    throw std::invalid_argument("model.mlp: expected gelu|swiglu, got '" + config.mlp + "'");
+  attention_norm = register_module("attention_norm", RMSNorm(config.width, config.norm_eps));
+  attention = register_module("attention", Attention(attention_options(config, layer)));
+  mlp_norm = register_module("mlp_norm", RMSNorm(config.width, config.norm_eps));
+  mlp = register_module("mlp", MLP(config.width, mlp_hidden(config), config.mlp == "swiglu"));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  const auto h = x + attention(attention_norm(x));
+  return h + mlp(mlp_norm(h));
+}
+
+std::string ParameterBreakdown::describe() const {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "parameters: %.3fM total = embedding %.3fM + attention %.3fM + coupling %.4fM + mlp %.3fM + "
+                "norm %.4fM",
+                total() / 1e6, embedding / 1e6, attention / 1e6, coupling / 1e6, mlp / 1e6, norm / 1e6);
+  return line;
+}
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& config) : config_(config) {
+  if (config.vocab_size < 2) throw std::invalid_argument("model.vocab_size must be at least 2");
+  if (config.layers < 1) throw std::invalid_argument("model.layers must be at least 1");
+  embedding = register_module("embedding", torch::nn::Embedding(config.vocab_size, config.width));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t layer = 0; layer < config.layers; ++layer) blocks->push_back(Block(config, layer));
+  final_norm = register_module("final_norm", RMSNorm(config.width, config.norm_eps));
+  initialise();
+}
+
+void TransformerLMImpl::initialise() {
+  at::NoGradGuard no_grad;
+  const double std = config_.init_std;
+  // Projections that write into the residual stream are scaled down by sqrt(2 * layers) (GPT-2).
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config_.layers));
+  embedding->weight.normal_(0.0, std);
+  for (auto& item : named_parameters()) {
+    const auto& name = item.key();
+    auto& p = item.value();
+    const bool projection = name.find("_proj.weight") != std::string::npos || name.find("mlp.") != std::string::npos;
+    if (!projection) continue;  // norms, coupling, lambdas and MTA keep their own initialisation
+    const bool residual = name.find("out_proj.") != std::string::npos || name.find("mlp.down.") != std::string::npos;
+    p.normal_(0.0, residual ? residual_std : std);
+  }
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens) {
+  auto h = embedding(tokens);
+  for (const auto& block : *blocks) h = block->as<Block>()->forward(h);
+  // The output head is the embedding (tied weights).
+  return at::matmul(final_norm(h), embedding->weight.t());
+}
+
+at::Tensor TransformerLMImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  const auto logits = forward(tokens);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape(-1), {},
+                                at::Reduction::Mean, /*ignore_index=*/-1);
+}
+
+ParameterBreakdown TransformerLMImpl::parameter_breakdown() const {
+  ParameterBreakdown counts;
+  for (const auto& item : named_parameters()) {
+    const auto& name = item.key();
+    const int64_t n = item.value().numel();
+    if (name.rfind("embedding.", 0) == 0) counts.embedding += n;
+    else if (name.find(".coupling.") != std::string::npos) counts.coupling += n;
+    else if (name.find(".attention.") != std::string::npos) counts.attention += n;
+    else if (name.find(".mlp.") != std::string::npos) counts.mlp += n;
+    else counts.norm += n;
+  }
+  return counts;
+}
+
+double TransformerLMImpl::flops_per_token(int64_t seq_len) const {
+  const auto counts = parameter_breakdown();
+  return 6.0 * static_cast<double>(counts.total()) +
+         12.0 * static_cast<double>(config_.layers * config_.width * seq_len);
+}
+
+}  // namespace cqk

@@ -1,0 +1,219 @@
+#include "cqk/tokenizer.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "cqk/log.h"
+#include "cqk/text_corpus.h"
+
+namespace cqk {
+namespace {
+
+int cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+// Write `bytes` to `path` through a temporary file in the same folder: fsync, then rename.
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write " + tmp + ": " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush " + tmp + ": " + why);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + why);
+  }
+}
+
+// Streams the lines of several files into the sentencepiece trainer.
+class FileLines : public sentencepiece::SentenceIterator {
+ public:
+  explicit FileLines(std::vector<std::string> files) : files_(std::move(files)) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return status_; }
+  int64_t lines() const { return lines_; }
+
+ private:
+  void advance() {
+    try {
+      for (;;) {
+        if (!reader_) {
+          if (next_file_ == files_.size()) {
+            done_ = true;
+            return;
+          }
+          reader_ = std::make_unique<LineReader>(files_[next_file_++]);
+        }
+        if (reader_->next(line_)) {
+          if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+          if (line_.find_first_not_of(' ') == std::string::npos) continue;  // blank lines teach nothing
+          ++lines_;
+          return;
+        }
+        reader_.reset();
+      }
+    } catch (const std::exception& e) {
+      status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, e.what());
+      done_ = true;
+    }
+  }
+
+  std::vector<std::string> files_;
+  std::size_t next_file_ = 0;
+  std::unique_ptr<LineReader> reader_;
+  std::string line_;
+  bool done_ = false;
+  int64_t lines_ = 0;
+  sentencepiece::util::Status status_;
+};
+
+std::string vocab_path_for(const std::string& model_path) {
+  const std::string suffix = ".model";
+  if (model_path.size() > suffix.size() &&
+      model_path.compare(model_path.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return model_path.substr(0, model_path.size() - suffix.size()) + ".vocab";
+  return model_path + ".vocab";
+}
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, std::size_t size, uint64_t hash) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) {
+    hash ^= bytes[i];
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+uint64_t file_checksum(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  std::vector<char> buffer(1 << 16);
+  uint64_t hash = kFnv1aOffset;
+  for (;;) {
+    const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), file);
+    hash = fnv1a64(buffer.data(), n, hash);
+    if (n < buffer.size()) break;
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) throw std::runtime_error("cannot read " + path);
+  return hash;
+}
+
+void train_tokenizer(const TokenizerTrainOptions& options) {
+  if (options.inputs.empty()) throw std::invalid_argument("train_tokenizer: no input files");
+  if (options.model_path.empty()) throw std::invalid_argument("train_tokenizer: no model path");
+  if (options.vocab_size < 300)
+    throw std::invalid_argument("tokenizer vocab size " + std::to_string(options.vocab_size) +
+                                " is too small: byte fallback alone takes 259 ids");
+  const int threads = options.threads > 0 ? options.threads : cores();
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      // Identity normalisation, whitespace as is, no dummy space before each
+      // text: decode(encode(x)) == x, also for concatenated lines.
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"input_sentence_size", std::to_string(options.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", std::to_string(options.max_sentence_bytes)},
+      {"num_threads", std::to_string(threads)},
+      {"minloglevel", options.verbose ? "0" : "1"},
+  };
+  FileLines lines(options.inputs);
+  std::string serialized;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &serialized);
+  if (!lines.status().ok()) throw std::runtime_error("tokenizer training input: " + lines.status().ToString());
+  if (!status.ok()) throw std::runtime_error("sentencepiece training failed: " + status.ToString());
+
+  sentencepiece::SentencePieceProcessor processor;
+  const auto loaded = processor.LoadFromSerializedProto(serialized);
+  if (!loaded.ok()) throw std::runtime_error("sentencepiece produced an unreadable model: " + loaded.ToString());
+  write_file_atomically(options.model_path, serialized);
+  std::string vocab;
+  for (int id = 0; id < processor.GetPieceSize(); ++id) {
+    vocab += processor.IdToPiece(id);
+    vocab += '\t';
+    vocab += std::to_string(processor.GetScore(id));
+    vocab += '\n';
+  }
+  write_file_atomically(vocab_path_for(options.model_path), vocab);
+  log::info("tokenizer: trained BPE with " + std::to_string(processor.GetPieceSize()) + " pieces on " +
+            std::to_string(lines.lines()) + " lines -> " + options.model_path);
+}
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor processor;
+  int newline = -1;
+};
+
+Tokenizer::Tokenizer(const std::string& model_path) : impl_(std::make_unique<Impl>()), path_(model_path) {
+  checksum_ = file_checksum(model_path);
+  const auto status = impl_->processor.Load(model_path);
+  if (!status.ok()) throw std::runtime_error("cannot load tokenizer " + model_path + ": " + status.ToString());
+  const int newline = impl_->processor.PieceToId("<0x0A>");
+  impl_->newline = newline != impl_->processor.unk_id() ? newline : impl_->processor.eos_id();
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = impl_->processor.Encode(text, &ids);
+  if (!status.ok()) throw std::runtime_error("tokenizer " + path_ + ": encode failed: " + status.ToString());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  std::string text;
+  const auto status = impl_->processor.Decode(ids, &text);
+  if (!status.ok()) throw std::runtime_error("tokenizer " + path_ + ": decode failed: " + status.ToString());
+  return text;
+}
+
+int Tokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
+int Tokenizer::unk_id() const { return impl_->processor.unk_id(); }
+int Tokenizer::bos_id() const { return impl_->processor.bos_id(); }
+int Tokenizer::eos_id() const { return impl_->processor.eos_id(); }
+int Tokenizer::newline_id() const { return impl_->newline; }
+std::string Tokenizer::piece(int id) const { return impl_->processor.IdToPiece(id); }
+
+}  // namespace cqk

@@ -1,0 +1,356 @@
+#include "cqk/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "cqk/checkpoint.h"
+#include "cqk/config_loader.h"
+#include "cqk/flops.h"
+#include "cqk/log.h"
+#include "cqk/progress.h"
+#include "cqk/recall_task.h"
+#include "cqk/runtime.h"
+#include "cqk/schedule.h"
+
+namespace cqk {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void request_stop(int signal) { g_stop_signal.store(signal); }
+
+// SIGINT/SIGTERM ask the loop to checkpoint and leave; the previous handlers come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    previous_int_ = std::signal(SIGINT, request_stop);
+    previous_term_ = std::signal(SIGTERM, request_stop);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+  int pending() const { return g_stop_signal.load(); }
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+// bf16 autocast on the device for the forward pass, when the config asks for it.
+class AutocastScope {
+ public:
+  AutocastScope(const c10::Device& device, bool enabled) : type_(device.type()), enabled_(enabled) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_autocast_enabled(type_);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::set_autocast_enabled(type_, true);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, previous_);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  c10::DeviceType type_;
+  bool enabled_;
+  bool previous_ = false;
+};
+
+c10::Device choose_device(const std::string& name) {
+  const bool cuda = torch::cuda::is_available();
+  if (name == "cuda" && !cuda) throw std::invalid_argument("train.device: cuda requested but no GPU is visible");
+  if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
+  if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
+  throw std::invalid_argument("train.device: expected auto|cpu|cuda, got '" + name + "'");
+}
+
+bool use_bf16(const TrainConfig& train, const c10::Device& device) {
+  if (train.dtype == "auto") return device.is_cuda();
+  if (train.dtype == "bf16") return true;
+  if (train.dtype == "fp32") return false;
+  throw std::invalid_argument("train.dtype: expected auto|fp32|bf16, got '" + train.dtype + "'");
+}
+
+// Decoupled weight decay on matrices only; embeddings, norms, biases and the
+// identity-initialised MTA parameters are left alone unless the config says so.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model->named_parameters()) {
+    const auto& name = item.key();
+    const bool embedding = name.rfind("embedding.", 0) == 0;
+    const bool matrix = item.value().dim() >= 2 && !embedding && name.find("mta_") == std::string::npos;
+    const bool decayed = matrix || (embedding && train.decay_embeddings) ||
+                         (!matrix && !embedding && train.decay_norms_and_biases);
+    (decayed ? decay : no_decay).push_back(item.value());
+  }
+  const auto options = [&](double weight_decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr)
+                                                            .betas({train.beta1, train.beta2})
+                                                            .eps(train.eps)
+                                                            .weight_decay(weight_decay));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(train.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(train.lr));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+std::string default_run_dir(const Config& config) {
+  if (!config.run.dir.empty()) return config.run.dir;
+  return (fs::path("runs") / (config.run.name + "-seed" + std::to_string(config.run.seed))).string();
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::app);
+  out << line << '\n';
+}
+
+// The name of the first parameter or gradient that is not finite, for the divergence message.
+std::string first_non_finite(TransformerLM& model) {
+  for (const auto& item : model->named_parameters()) {
+    if (!at::isfinite(item.value()).all().item<bool>()) return "parameter " + item.key();
+    const auto& grad = item.value().grad();
+    if (grad.defined() && !at::isfinite(grad).all().item<bool>()) return "gradient of " + item.key();
+  }
+  return "the loss only (parameters and gradients are finite)";
+}
+
+nlohmann::json evaluation_json(const Evaluation& e) {
+  return {{"loss", e.loss}, {"ppl", e.perplexity}, {"accuracy", e.accuracy}, {"tokens", e.tokens}};
+}
+
+}  // namespace
+
+int exit_code(TrainOutcome outcome) {
+  switch (outcome) {
+    case TrainOutcome::Interrupted: return 130;
+    case TrainOutcome::Diverged: return 3;
+    default: return 0;
+  }
+}
+
+Config load_run_config(const std::string& run_dir) {
+  const auto path = (fs::path(run_dir) / "config.yaml").string();
+  if (!fs::exists(path)) throw std::runtime_error(run_dir + ": not a run directory (no config.yaml)");
+  return load_config(path);
+}
+
+Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
+                    const c10::Device& device) {
+  at::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  double loss_sum = 0.0;
+  AccuracyCount accuracy;
+  for (const auto& batch : source.eval_batches(split, max_batches)) {
+    const auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
+    const auto logits = model->forward(inputs).to(at::kFloat);
+    loss_sum += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), {},
+                                       at::Reduction::Sum, -1)
+                    .item<double>();
+    accuracy += scored_accuracy(logits, targets);
+  }
+  model->train(was_training);
+  Evaluation result;
+  result.tokens = accuracy.total;
+  result.loss = accuracy.total > 0 ? loss_sum / static_cast<double>(accuracy.total) : 0.0;
+  result.perplexity = std::exp(result.loss);
+  result.accuracy = accuracy.accuracy();
+  return result;
+}
+
+TrainSummary train(const Config& input_config, const TrainOptions& options) {
+  Config config = input_config;
+  validate(config);
+  const std::string run_dir = options.run_dir.empty() ? default_run_dir(config) : options.run_dir;
+  const auto config_path = (fs::path(run_dir) / "config.yaml").string();
+  if (!options.resume && !list_checkpoints(run_dir).empty())
+    throw std::runtime_error(run_dir + ": already holds checkpoints of a run; continue it with `cqk train --resume " +
+                             run_dir + "` or choose another run.dir");
+  fs::create_directories(fs::path(run_dir) / "checkpoints");
+  log::add_file((fs::path(run_dir) / "train.log").string());
+  struct LogFileScope {
+    ~LogFileScope() { log::remove_files(); }
+  } log_file_scope;
+
+  const int threads = configure_threads(static_cast<int>(config.train.threads));
+  at::manual_seed(static_cast<uint64_t>(config.run.seed));
+  auto source = make_batch_source(config.data, config.run.seed);
+  if (config.model.vocab_size == 0) config.model.vocab_size = source->vocab_size();
+  if (config.model.vocab_size < source->vocab_size())
+    throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
+                                ") is smaller than the data's vocabulary (" + std::to_string(source->vocab_size()) +
+                                ")");
+  const std::string hash = config_hash(config);
+  if (!options.resume) write_file_atomically(config_path, to_yaml(config));
+
+  const auto device = choose_device(config.train.device);
+  const bool bf16 = use_bf16(config.train, device);
+  TransformerLM model(config.model);
+  model->to(device);
+  auto optimizer = make_optimizer(model, config.train);
+  const auto breakdown = model->parameter_breakdown();
+
+  TrainingState state;
+  state.config_hash = hash;
+  if (options.resume) {
+    auto checkpoints = list_checkpoints(run_dir);
+    if (checkpoints.empty()) throw std::runtime_error(run_dir + ": no checkpoint to resume from");
+    // Newest first; a corrupt newest file falls back to the one before it.
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+      try {
+        state = load_checkpoint(*it, *model, *optimizer, hash);
+        log::info("resumed from " + *it + " at step " + std::to_string(state.step));
+        break;
+      } catch (const std::runtime_error& e) {
+        if (std::next(it) == checkpoints.rend()) throw;
+        log::warn(std::string(e.what()) + "; trying the previous checkpoint");
+      }
+    }
+    source->seek_train(state.data_position);
+  }
+
+  const int64_t tokens_per_step = config.data.batch_size * config.data.seq_len * config.train.grad_accum;
+  const double flops_per_token = model->flops_per_token(config.data.seq_len);
+  const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
+  log::info("run " + run_dir + " | " + breakdown.describe());
+  log::info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " +
+            std::to_string(threads) + " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " +
+            std::to_string(peak_flops / 1e9) + " GFLOP/s");
+
+  const auto metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  const auto save = [&] {
+    save_checkpoint(checkpoint_path(run_dir, state.step), *model, *optimizer, state);
+    prune_checkpoints(run_dir, config.train.keep_checkpoints);
+  };
+
+  StopSignals signals;
+  ProgressLine progress(config.train.steps, state.step, config.train.log_every);
+  model->train();
+  TrainSummary summary;
+  summary.run_dir = run_dir;
+  const int64_t first_step = state.step;
+  auto window_start = Clock::now();
+  int64_t window_tokens = 0;
+  double tokens_per_second = 0.0;
+
+  while (state.step < config.train.steps) {
+    const double lr = learning_rate(config.train, state.step);
+    set_learning_rate(*optimizer, lr);
+    optimizer->zero_grad();
+    double loss_value = 0.0;
+    for (int64_t micro = 0; micro < config.train.grad_accum; ++micro) {
+      const auto batch = source->next_train();
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device, bf16);
+        loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) /
+               static_cast<double>(config.train.grad_accum);
+      }
+      loss.backward();
+      loss_value += loss.item<double>();
+    }
+    state.data_position = source->train_position();
+    if (!std::isfinite(loss_value)) {
+      progress.finish();
+      log::error("loss became " + std::to_string(loss_value) + " at step " + std::to_string(state.step + 1) +
+                 "; first non-finite: " + first_non_finite(model) +
+                 ". The last good checkpoint is kept; lower train.lr or enable train.grad_clip.");
+      summary.outcome = TrainOutcome::Diverged;
+      summary.step = state.step;
+      return summary;
+    }
+    const double max_norm = config.train.grad_clip > 0 ? config.train.grad_clip : std::numeric_limits<double>::max();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    optimizer->step();
+    ++state.step;
+    state.tokens += tokens_per_step;
+    window_tokens += tokens_per_step;
+
+    const double window_seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+    if (state.step % config.train.log_every == 0 || state.step == config.train.steps) {
+      tokens_per_second = window_tokens / std::max(window_seconds, 1e-9);
+      const double mfu = tokens_per_second * flops_per_token / peak_flops;
+      nlohmann::json line = {{"step", state.step},   {"tokens", state.tokens},  {"loss", loss_value},
+                             {"lr", lr},             {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_second},
+                             {"mfu", mfu}};
+      append_line(metrics_path, line.dump());
+      window_start = Clock::now();
+      window_tokens = 0;
+    }
+    char detail[160];
+    std::snprintf(detail, sizeof detail, "loss %.4f | lr %.2e | %.0f tok/s", loss_value, lr, tokens_per_second);
+    progress.update(state.step, detail);
+
+    if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
+      const auto valid = evaluate(model, *source, Split::Valid, config.train.eval_batches, device);
+      append_line(metrics_path, nlohmann::json{{"step", state.step}, {"tokens", state.tokens},
+                                               {"valid_loss", valid.loss}, {"valid_ppl", valid.perplexity},
+                                               {"valid_accuracy", valid.accuracy}}
+                                    .dump());
+      progress.finish();
+      log::info("step " + std::to_string(state.step) + " valid ppl " + std::to_string(valid.perplexity) +
+                " accuracy " + std::to_string(valid.accuracy));
+    }
+    const bool periodic = config.train.checkpoint_every > 0 && state.step % config.train.checkpoint_every == 0;
+    const bool paused = options.max_steps > 0 && state.step - first_step >= options.max_steps;
+    if (periodic || paused || signals.pending()) save();
+    if (signals.pending() || (paused && state.step < config.train.steps)) {
+      progress.finish();
+      summary.outcome = signals.pending() ? TrainOutcome::Interrupted : TrainOutcome::Paused;
+      summary.step = state.step;
+      log::info(std::string(signals.pending() ? "interrupted" : "paused") + " at step " +
+                std::to_string(state.step) + "; checkpoint saved. Continue with: cqk train --resume " + run_dir);
+      return summary;
+    }
+  }
+  progress.finish();
+  if (list_checkpoints(run_dir).empty() || state.step % std::max<int64_t>(config.train.checkpoint_every, 1) != 0)
+    save();
+
+  summary.valid = evaluate(model, *source, Split::Valid, 0, device);
+  summary.test = evaluate(model, *source, Split::Test, 0, device);
+  summary.step = state.step;
+  save_weights_for_python((fs::path(run_dir) / "model.pt").string(), *model);
+  const nlohmann::json results = {{"name", config.run.name},
+                                  {"seed", config.run.seed},
+                                  {"steps", state.step},
+                                  {"tokens", state.tokens},
+                                  {"params", breakdown.total()},
+                                  {"coupling_params", breakdown.coupling},
+                                  {"valid_ppl", summary.valid.perplexity},
+                                  {"test_ppl", summary.test.perplexity},
+                                  {"valid", evaluation_json(summary.valid)},
+                                  {"test", evaluation_json(summary.test)},
+                                  {"config_hash", hash}};
+  write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
+  log::info("finished: valid ppl " + std::to_string(summary.valid.perplexity) + " (accuracy " +
+            std::to_string(summary.valid.accuracy) + "), test ppl " + std::to_string(summary.test.perplexity) +
+            " (accuracy " + std::to_string(summary.test.accuracy) + ")");
+  return summary;
+}
+
+}  // namespace cqk

@@ -1,0 +1,283 @@
+#include <ftw.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cqk/sweep_results.h"
+
+// `cqk stats` end to end on run folders the test writes, plus the run
+// discovery and pairing rules behind it. Expected statistics come from scipy
+// 1.17.1 in float64 (scipy.stats.ttest_ind(a, b, equal_var=False), alternative
+// 'less' for the one-sided p; Hedges' g with the exact J from math.lgamma),
+// computed once by hand on the perplexities below.
+namespace {
+
+namespace fs = std::filesystem;
+namespace sweep = cqk::sweep;
+
+struct ToolResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+class StatsCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            ("cqk_stats_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    remove_root();
+    fs::create_directories(root_);
+  }
+  void TearDown() override { remove_root(); }
+
+  // Not std::filesystem::remove_all: libtorch.so exports its own copy of it,
+  // which crashes (a null call in recursive_directory_iterator) on a non-empty folder.
+  void remove_root() const {
+    // FTW_DEPTH: a folder's entries before the folder; FTW_PHYS: links are not followed.
+    ::nftw(root_.c_str(), [](const char* p, const struct stat*, int, FTW*) { return ::remove(p); }, 16,
+           FTW_DEPTH | FTW_PHYS);
+  }
+
+  // A run folder; without ppl values it is unfinished (metrics.jsonl only).
+  fs::path write_run(const fs::path& dir, const std::string& name, int seed, double valid_ppl = 0,
+                     double test_ppl = 0) {
+    fs::create_directories(dir);
+    std::ofstream(dir / "metrics.jsonl") << R"({"step": 0, "tokens": 0, "loss": 10.0})" << "\n";
+    if (valid_ppl > 0) {
+      const nlohmann::json results = {{"name", name},           {"seed", seed},
+                                      {"steps", 100},           {"valid_ppl", valid_ppl},
+                                      {"test_ppl", test_ppl},   {"params", 1000},
+                                      {"config_hash", "abc"}};
+      std::ofstream(dir / "results.json") << results.dump();
+    }
+    return dir;
+  }
+
+  // Three seeds of diff-150m and diff-affine-150m, two of vanilla-150m, one unfinished run.
+  void write_sweep() {
+    const std::vector<double> diff_valid{21.0, 21.2, 21.4}, diff_test{22.0, 22.4, 22.6};
+    const std::vector<double> affine_valid{20.5, 20.6, 20.9}, affine_test{21.5, 21.7, 22.0};
+    for (int seed = 0; seed < 3; ++seed) {
+      const std::string s = std::to_string(seed);
+      write_run(root_ / "sweep" / ("diff-150m-s" + s), "diff-150m", seed, diff_valid[seed], diff_test[seed]);
+      // Two levels down: sweep/<variant>/<seed>.
+      write_run(root_ / "sweep" / "diff-affine-150m" / ("s" + s), "diff-affine-150m", seed, affine_valid[seed],
+                affine_test[seed]);
+    }
+    write_run(root_ / "sweep" / "vanilla-150m-s0", "vanilla-150m", 0, 23.0, 24.0);
+    write_run(root_ / "sweep" / "vanilla-150m-s1", "vanilla-150m", 1, 23.5, 24.4);
+    write_run(root_ / "sweep" / "vanilla-150m-s2", "vanilla-150m", 2);
+  }
+
+  ToolResult run_tool(const std::string& args) const {
+    const std::string command = std::string(CQK_TOOL) + " stats " + args + " 2>&1";
+    ToolResult result;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return result;
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
+    const int status = ::pclose(pipe);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+  }
+
+  std::string path(const fs::path& p) const { return "'" + p.string() + "'"; }
+
+  fs::path root_;
+};
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> fields;
+  std::stringstream in(line);
+  for (std::string field; std::getline(in, field, ',');) fields.push_back(field);
+  if (!line.empty() && line.back() == ',') fields.emplace_back();
+  return fields;
+}
+
+// The CSV row whose first fields are `key` (e.g. "comparison,a,b"), by column name.
+std::map<std::string, std::string> csv_row(const std::string& csv, const std::string& key) {
+  std::stringstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  const auto names = split(header);
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ",", 0) != 0) continue;
+    const auto fields = split(line);
+    EXPECT_EQ(fields.size(), names.size()) << line;
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < names.size() && i < fields.size(); ++i) row[names[i]] = fields[i];
+    return row;
+  }
+  ADD_FAILURE() << "no CSV row " << key << " in\n" << csv;
+  return {};
+}
+
+double number(const std::map<std::string, std::string>& row, const std::string& column) {
+  return std::stod(row.at(column));
+}
+
+TEST_F(StatsCommand, PrintsVariantsAndPairsCoupledVariantsWithTheirBase) {
+  write_sweep();
+  const auto csv = root_ / "stats.csv";
+  const auto md = root_ / "stats.md";
+  const auto r = run_tool(path(root_ / "sweep") + " --csv " + path(csv) + " --markdown " + path(md));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  EXPECT_NE(r.output.find("| diff-150m | 3 | 21.200 ± 0.200 | 22.333 ± 0.306 |"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| diff-affine-150m | 3 | 20.667 ± 0.208 | 21.733 ± 0.252 |"), std::string::npos);
+  EXPECT_NE(r.output.find("| vanilla-150m | 2 | 23.250 ± 0.354 | 24.200 ± 0.283 |"), std::string::npos);
+  EXPECT_NE(r.output.find("vanilla-150m-s2"), std::string::npos) << "the unfinished run is listed";
+  // Automatic pairing; one comparison, so Bonferroni leaves the one-sided p as it is.
+  EXPECT_NE(r.output.find("| diff-affine-150m | diff-150m | 3 vs 3 | -0.533 | -3.200 | 3.99 | 0.0165 | 0.0330 | "
+                          "-2.085 | 0.0165 | * |"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_file(md), r.output);
+
+  const auto row = csv_row(read_file(csv), "comparison,diff-affine-150m,diff-150m");
+  EXPECT_EQ(row.at("metric"), "valid_ppl");
+  EXPECT_NEAR(number(row, "mean_diff"), -0.5333333333333314, 1e-9);
+  EXPECT_NEAR(number(row, "t"), -3.200000000000002, 1e-9);
+  EXPECT_NEAR(number(row, "df"), 3.9936102236421727, 1e-9);
+  EXPECT_NEAR(number(row, "p_one_sided"), 0.016487709422845283, 1e-10);
+  EXPECT_NEAR(number(row, "p_two_sided"), 0.032975418845690566, 1e-10);
+  EXPECT_NEAR(number(row, "hedges_g"), -2.084704050785793, 1e-9);
+  EXPECT_NEAR(number(row, "p_bonferroni"), 0.016487709422845283, 1e-10);
+  EXPECT_EQ(row.at("significant"), "true");
+  const auto variant = csv_row(read_file(csv), "variant,vanilla-150m,,test_ppl");
+  EXPECT_EQ(variant.at("n"), "2");
+  EXPECT_NEAR(number(variant, "mean"), 24.2, 1e-9);
+  EXPECT_NEAR(number(variant, "sd"), 0.282842712474618, 1e-9);
+}
+
+TEST_F(StatsCommand, ExplicitPairsAreBonferroniCorrected) {
+  write_sweep();
+  const auto csv = root_ / "stats.csv";
+  const auto r = run_tool(path(root_ / "sweep") + " --metric test_ppl --compare diff-affine-150m:diff-150m" +
+                          " --compare vanilla-150m:diff-150m --csv " + path(csv));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = read_file(csv);
+
+  const auto coupled = csv_row(text, "comparison,diff-affine-150m,diff-150m");
+  EXPECT_EQ(coupled.at("metric"), "test_ppl");
+  EXPECT_NEAR(number(coupled, "t"), -2.62556984696209, 1e-9);
+  EXPECT_NEAR(number(coupled, "df"), 3.8585152838427925, 1e-9);
+  EXPECT_NEAR(number(coupled, "p_one_sided"), 0.030320383660018484, 1e-10);
+  EXPECT_NEAR(number(coupled, "p_two_sided"), 0.06064076732003697, 1e-10);
+  EXPECT_NEAR(number(coupled, "hedges_g"), -1.7104800298696563, 1e-9);
+  EXPECT_NEAR(number(coupled, "p_bonferroni"), 2 * 0.030320383660018484, 1e-10);
+  EXPECT_EQ(coupled.at("significant"), "false");  // 0.061 after correction
+
+  const auto worse = csv_row(text, "comparison,vanilla-150m,diff-150m");
+  EXPECT_NEAR(number(worse, "t"), 7.000000000000011, 1e-9);
+  EXPECT_NEAR(number(worse, "df"), 2.4265402843601995, 1e-9);
+  EXPECT_NEAR(number(worse, "p_one_sided"), 0.9942265243401365, 1e-10);
+  EXPECT_NEAR(number(worse, "p_two_sided"), 0.011546951319727107, 1e-10);
+  EXPECT_NEAR(number(worse, "hedges_g"), 4.530460462629966, 1e-9);
+  EXPECT_EQ(number(worse, "p_bonferroni"), 1.0);
+}
+
+TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
+  write_sweep();
+  const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("--compare 'diff-affine-150m:nope': unknown variant 'nope'"), std::string::npos)
+      << unknown.output;
+  EXPECT_EQ(std::count(unknown.output.begin(), unknown.output.end(), '\n'), 1) << unknown.output;
+
+  const auto bad_pair = run_tool(path(root_ / "sweep") + " --compare vanilla-150m:diff-150m --compare x");
+  EXPECT_EQ(bad_pair.exit_code, 2);
+  EXPECT_NE(bad_pair.output.find("expected VARIANT:BASE"), std::string::npos) << bad_pair.output;
+
+  const auto bad = write_run(root_ / "sweep" / "broken", "broken", 0);
+  std::ofstream(bad / "results.json") << R"({"name": "broken", "seed": 0, "valid_ppl": )";
+  const auto malformed = run_tool(path(root_ / "sweep"));
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.output.find((bad / "results.json").string() + ": [json.exception.parse_error"),
+            std::string::npos)
+      << malformed.output;
+
+  write_run(root_ / "empty" / "r0", "unfinished", 0);
+  const auto none = run_tool(path(root_ / "empty"));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.output.find("no results.json found under"), std::string::npos) << none.output;
+}
+
+TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
+  const auto dir = write_run(root_ / "run", "x", 1, 20.0, 21.0);
+  const auto run = sweep::read_run_result(dir);
+  EXPECT_EQ(run.name, "x");
+  EXPECT_EQ(run.seed, 1);
+  EXPECT_EQ(run.steps, 100);
+  EXPECT_DOUBLE_EQ(run.test_ppl, 21.0);
+  EXPECT_EQ(run.config_hash, "abc");
+
+  std::ofstream(dir / "results.json") << R"({"name": "x", "seed": 1, "valid_ppl": "20", "test_ppl": 21})";
+  try {
+    sweep::read_run_result(dir);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "results.json").string() + ": \"valid_ppl\" must be a number, not string");
+  }
+}
+
+TEST_F(StatsCommand, FindRunsLooksTwoLevelsDownAndCountsEachRunOnce) {
+  write_run(root_ / "a", "top", 0, 20.0, 21.0);                       // the root itself would be a run
+  write_run(root_ / "sweep" / "r1", "one", 1, 20.0, 21.0);            // one level down
+  write_run(root_ / "sweep" / "group" / "r2", "two", 2, 20.0, 21.0);  // two levels down
+  write_run(root_ / "sweep" / "group" / "deeper" / "r3", "three", 3, 20.0, 21.0);  // too deep
+  write_run(root_ / "sweep" / "r4", "unfinished", 4);
+  const auto runs = sweep::find_runs({root_ / "sweep", root_ / "sweep" / "r1", root_ / "a"});
+  ASSERT_EQ(runs.finished.size(), 3u);
+  EXPECT_EQ(runs.finished[0].name, "one");
+  EXPECT_EQ(runs.finished[1].name, "top");
+  EXPECT_EQ(runs.finished[2].name, "two");
+  ASSERT_EQ(runs.unfinished.size(), 1u);
+  EXPECT_EQ(runs.unfinished[0].filename(), "r4");
+  EXPECT_THROW(sweep::find_runs({root_ / "missing"}), std::runtime_error);
+}
+
+TEST(StatsSweep, CouplingBaseRemovesTheCouplingMarker) {
+  EXPECT_EQ(sweep::coupling_base("diff-affine-150m"), "diff-150m");
+  EXPECT_EQ(sweep::coupling_base("diff-affine"), "diff");
+  EXPECT_EQ(sweep::coupling_base("mta+affine"), "mta");
+  EXPECT_EQ(sweep::coupling_base("vanilla-coupled-60m"), "vanilla-60m");
+  EXPECT_EQ(sweep::coupling_base("diff-affinely"), std::nullopt);  // not a whole marker
+  EXPECT_EQ(sweep::coupling_base("vanilla-150m"), std::nullopt);
+  EXPECT_EQ(sweep::coupling_base("-affine"), std::nullopt);
+}
+
+TEST(StatsSweep, AutomaticPairsNeedTheBaseToExist) {
+  const std::vector<std::string> variants{"diff-150m", "diff-affine-150m", "mta-affine-150m", "qknorm+affine",
+                                          "qknorm"};
+  const std::vector<std::pair<std::string, std::string>> expected{{"diff-affine-150m", "diff-150m"},
+                                                                  {"qknorm+affine", "qknorm"}};
+  EXPECT_EQ(sweep::automatic_pairs(variants), expected);
+}
+
+TEST(StatsSweep, ParsesMetricNames) {
+  EXPECT_EQ(sweep::parse_metric("test_ppl"), sweep::Metric::test_ppl);
+  EXPECT_STREQ(sweep::metric_name(sweep::parse_metric("valid_ppl")), "valid_ppl");
+  EXPECT_THROW(sweep::parse_metric("loss"), std::invalid_argument);
+}
+
+}  // namespace
