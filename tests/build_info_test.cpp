@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include "cqk/build_info.h"
 #include "cqk/runtime.h"
@@ -47,3 +48,20 @@ TEST(Runtime, OneCudaRuntimeIsLoaded) {
 }
 }  // namespace
 #endif
+
+#include <filesystem>
+#include <fstream>
+
+namespace {
+// libtorch carries its own std::filesystem whose remove_all crashes with
+// Debian's libstdc++; cqk's link options make the system copy win.
+TEST(Runtime, FilesystemRemoveAllWorksNextToLibtorch) {
+  namespace fs = std::filesystem;
+  const auto root = fs::temp_directory_path() / ("cqk-remove-all-" + std::to_string(::getpid()));
+  fs::create_directories(root / "a" / "b");
+  std::ofstream(root / "a" / "b" / "file") << "x";
+  (void)at::ones({2}).sum();  // make sure libtorch is loaded and used
+  EXPECT_EQ(fs::remove_all(root), 4u);
+  EXPECT_FALSE(fs::exists(root));
+}
+}  // namespace
