@@ -1,8 +1,6 @@
 // A project outside cqk's tree that links the installed library: it runs a
 // coupled Differential attention forward and backward.
-#include <cqk/attention.h>
-#include <cqk/build_info.h>
-#include <cqk/runtime.h>
+#include <cqk/cqk.h>
 
 #include <iostream>
 

@@ -1,0 +1,15 @@
+#pragma once
+// Umbrella header: the whole public API of the cqk library.
+#include "cqk/attention.h"
+#include "cqk/batch_source.h"
+#include "cqk/build_info.h"
+#include "cqk/checkpoint.h"
+#include "cqk/config.h"
+#include "cqk/config_loader.h"
+#include "cqk/coupling.h"
+#include "cqk/model.h"
+#include "cqk/rms_norm.h"
+#include "cqk/rope.h"
+#include "cqk/runtime.h"
+#include "cqk/schedule.h"
+#include "cqk/trainer.h"
