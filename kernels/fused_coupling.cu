@@ -1,79 +1,527 @@
-#include "coupling_math.cuh"
-#include "fused_coupling.h"
-
+// Fused affine coupling: forward, inverse and the backward that rebuilds the
+// inputs from the outputs. The per-token math is coupling_math.cuh (run and
+// tested on the CPU too); this file is the GPU plumbing around it.
+//
+// Work split. A token's D channels are spread over a group of L = D/8 threads
+// ("lanes"), each holding 8 channels of q and k (and of their gradients) in
+// registers: one 16-byte load per tensor in bf16, two in fp32, coalesced over
+// the group. The two cross-channel sums per step (W1 x and W2^T g, R values
+// each) are warp-shuffle butterflies inside the group. A block of 256 threads
+// runs 256/L tokens at a time and loops over a run of tokens that share one set
+// of weights (one head, or every head when shared), which it first packs into
+// shared memory (PackedStepLayout: conflict-free 128-bit reads).
+//
+// Backward weight gradients: per step, each token's factors (gsr, gt, x, h,
+// ga) are staged in shared memory; the block then sums the outer products over
+// the batch of tokens into shared-memory accumulators (each entry owned by one
+// thread: no atomics), and at the end adds its accumulators to the global fp32
+// gradients with one atomicAdd per entry.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "coupling_math.cuh"
+#include "fused_coupling.h"
 
 namespace cqk::kernels {
 namespace {
 
-// One thread per token: q and k of the token live in registers for all steps,
-// so each is read once and written once.
-template <int D, int R, bool Inverse>
-__global__ void affine_coupling_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                                       float* __restrict__ q_out, float* __restrict__ k_out, int64_t tokens,
-                                       int64_t heads, int64_t time, AffineCouplingParams params) {
-  const int64_t token = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (token >= tokens) return;
-  const int64_t head = (token / time) % heads;
-  const int64_t param_head = params.shared_across_heads ? 0 : head;
+constexpr int kThreads = 256;
 
-  AffineStepWeights steps[AffineCouplingParams::kMaxSteps];
-  for (int i = 0; i < params.num_steps; ++i) {
-    steps[i] = {params.w1[i] + param_head * R * D, params.b1[i] + param_head * R,
-                params.w2[i] + param_head * 2 * D * R, params.b2[i] + param_head * 2 * D};
-  }
-  float qv[D], kv[D];
-  for (int d = 0; d < D; ++d) {
-    qv[d] = q[token * D + d];
-    kv[d] = k[token * D + d];
-  }
-  if (Inverse) affine_coupling_inverse<D, R>(qv, kv, steps, params.num_steps, params.clamp);
-  else affine_coupling_forward<D, R>(qv, kv, steps, params.num_steps, params.clamp);
-  for (int d = 0; d < D; ++d) {
-    q_out[token * D + d] = qv[d];
-    k_out[token * D + d] = kv[d];
+// ---------------------------------------------------------------------------
+// Element I/O: 8 consecutive channels of a row, to and from float32 registers.
+
+__device__ __forceinline__ void load8(const float* __restrict__ p, float (&v)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* __restrict__ p, float (&v)[8]) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  __nv_bfloat162 pairs[4];
+  memcpy(pairs, &u, sizeof(u));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
   }
 }
 
-template <bool Inverse>
-void launch(const float* q, const float* k, float* q_out, float* k_out, int64_t batch, int64_t heads, int64_t time,
-            int64_t head_dim, int64_t hidden, const AffineCouplingParams& params, void* stream) {
-  const int64_t tokens = batch * heads * time;
-  if (tokens == 0) return;
-  constexpr int kThreads = 128;
-  const dim3 grid(static_cast<unsigned>((tokens + kThreads - 1) / kThreads));
-  auto s = static_cast<cudaStream_t>(stream);
-  if (head_dim == 64 && hidden == 8) {
-    affine_coupling_kernel<64, 8, Inverse><<<grid, kThreads, 0, s>>>(q, k, q_out, k_out, tokens, heads, time, params);
-  } else if (head_dim == 128 && hidden == 8) {
-    affine_coupling_kernel<128, 8, Inverse><<<grid, kThreads, 0, s>>>(q, k, q_out, k_out, tokens, heads, time, params);
-  } else {
-    throw std::invalid_argument("fused coupling: unsupported head_dim " + std::to_string(head_dim) + " / hidden " +
-                                std::to_string(hidden) + " (supported: 64/8, 128/8)");
+__device__ __forceinline__ void store8(float* __restrict__ p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* __restrict__ p, const float (&v)[8]) {
+  __nv_bfloat162 pairs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  uint4 u;
+  memcpy(&u, pairs, sizeof(u));
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+__device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
+  *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+}
+
+// ---------------------------------------------------------------------------
+// The Reduce and Sink of coupling_math.cuh's lane drivers, GPU versions.
+
+// Sums over the L lanes of a group (aligned runs of L lanes of a warp). The xor
+// butterfly leaves the same bits in every lane (a + b == b + a).
+template <int L>
+struct ShuffleReduce {
+  template <int N>
+  CQK_HOST_DEVICE void operator()(float (&v)[N]) const {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+    for (int offset = L / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    }
+#endif
   }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("fused coupling launch: ") + cudaGetErrorString(err));
+};
+
+template <int D, int R>
+struct SmemViews {
+  const float* base;
+  CQK_HOST_DEVICE PackedStepView<D, R> operator()(int i) const {
+    return PackedStepView<D, R>{base + i * PackedStepLayout<D, R>::kFloats};
+  }
+};
+
+// Stages a token's weight-gradient factors, then (whole block) sums the batch
+// into the block's accumulators. Called by every thread of the block at the
+// same point (it holds __syncthreads), valid or not.
+template <int D, int R>
+struct StagingSink {
+  float* g2;   // [G][2D]
+  float* xs;   // [G][D]
+  float* hg;   // [G][2R]
+  float* acc;  // [steps][GradLayout::kFloats]
+  int slot;    // this group's token within the batch
+  bool valid;  // whether that token exists (the batch may be partial)
+  int n_valid;
+
+  template <int CPL>
+  CQK_HOST_DEVICE void operator()(int step, int c0, const float (&x)[CPL], const float (&gsr)[CPL],
+                                  const float (&gt)[CPL], const float (&h)[R], const float (&ga)[R]) const {
+#if defined(__CUDA_ARCH__)
+    using Grads = GradLayout<D, R>;
+    if (valid) {
+      float* row = g2 + slot * 2 * D;
+#pragma unroll
+      for (int i = 0; i < CPL; i += 4) {
+        store4(row + c0 + i, gsr[i], gsr[i + 1], gsr[i + 2], gsr[i + 3]);
+        store4(row + D + c0 + i, gt[i], gt[i + 1], gt[i + 2], gt[i + 3]);
+        store4(xs + slot * D + c0 + i, x[i], x[i + 1], x[i + 2], x[i + 3]);
+      }
+      if (c0 == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r += 4) {
+          store4(hg + slot * 2 * R + r, h[r], h[r + 1], h[r + 2], h[r + 3]);
+          store4(hg + slot * 2 * R + R + r, ga[r], ga[r + 1], ga[r + 2], ga[r + 3]);
+        }
+      }
+    }
+    __syncthreads();
+    for (int task = threadIdx.x; task < Grads::kTasks; task += blockDim.x)
+      weight_grad_task<D, R>(task, n_valid, g2, xs, hg, acc + step * Grads::kFloats);
+    __syncthreads();
+#endif
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Token addressing. Tokens that share weights form a "group": one head (over
+// batch and time), or everything when the weights are shared across heads.
+
+struct Work {
+  int64_t batch, heads, time;
+  bool shared;
+  int64_t group_tokens;      // tokens per group
+  int64_t tokens_per_block;  // a multiple of the tokens per batch
+  int64_t blocks_per_group;
+};
+
+__device__ __forceinline__ void decode(const Work& w, int64_t group, int64_t u, int64_t& b, int64_t& h, int64_t& t) {
+  t = u % w.time;
+  const int64_t rest = u / w.time;
+  if (w.shared) {
+    h = rest % w.heads;
+    b = rest / w.heads;
+  } else {
+    h = group;
+    b = rest;
+  }
+}
+
+__device__ __forceinline__ int64_t strided(const RowStrides& s, int64_t b, int64_t h, int64_t t) {
+  return b * s.batch + h * s.head + t * s.time;
+}
+
+template <int D>
+__device__ __forceinline__ int64_t dense(const Work& w, int64_t b, int64_t h, int64_t t) {
+  return ((b * w.heads + h) * w.time + t) * D;
+}
+
+template <int D, int R>
+__device__ void pack_weights(float* smem, const AffineCouplingParams& p, int64_t group) {
+  using Layout = PackedStepLayout<D, R>;
+  for (int s = 0; s < p.num_steps; ++s) {
+    const AffineStepWeights w{p.w1[s] + group * R * D, p.b1[s] + group * R, p.w2[s] + group * 2 * D * R,
+                              p.b2[s] + group * 2 * D};
+    for (int o = threadIdx.x; o < Layout::kFloats; o += blockDim.x) smem[s * Layout::kFloats + o] = Layout::gather(w, o);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Kernels.
+
+template <int D, int R, class T, bool Inverse>
+__global__ void __launch_bounds__(kThreads)
+    coupling_kernel(const T* __restrict__ q, RowStrides q_strides, const T* __restrict__ k, RowStrides k_strides,
+                    T* __restrict__ q_out, T* __restrict__ k_out, Work work, AffineCouplingParams params) {
+  constexpr int L = D / kLaneChannels, G = kThreads / L;
+  extern __shared__ __align__(16) float smem[];
+  const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
+  pack_weights<D, R>(smem, params, group);
+  __syncthreads();
+
+  const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
+  const SmemViews<D, R> views{smem};
+  const int64_t u_begin = chunk * work.tokens_per_block;
+  const int64_t u_end =
+      u_begin + work.tokens_per_block < work.group_tokens ? u_begin + work.tokens_per_block : work.group_tokens;
+  for (int64_t u0 = u_begin; u0 < u_end; u0 += G) {
+    // Lanes past the end work on the last token (the shuffles need whole
+    // groups) and write nothing.
+    const int64_t u = u0 + slot;
+    const bool valid = u < u_end;
+    int64_t b, h, t;
+    decode(work, group, valid ? u : u_end - 1, b, h, t);
+    float qv[kLaneChannels], kv[kLaneChannels];
+    load8(q + strided(q_strides, b, h, t) + c0, qv);
+    load8(k + strided(k_strides, b, h, t) + c0, kv);
+    if (Inverse) lane_coupling_inverse<R, kLaneChannels>(views, params.num_steps, params.clamp, c0, qv, kv, ShuffleReduce<L>{});
+    else lane_coupling_forward<R, kLaneChannels>(views, params.num_steps, params.clamp, c0, qv, kv, ShuffleReduce<L>{});
+    if (valid) {
+      const int64_t o = dense<D>(work, b, h, t) + c0;
+      store8(q_out + o, qv);
+      store8(k_out + o, kv);
+    }
+  }
+}
+
+// Two blocks per multiprocessor where that costs only a few spilled registers
+// (hidden 8: 128 registers, ~50 bytes of spills; uncapped it takes ~146).
+template <int D, int R, class T>
+__global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
+    coupling_backward_kernel(const T* __restrict__ q_out, const T* __restrict__ k_out, const T* __restrict__ grad_q,
+                             RowStrides gq_strides, const T* __restrict__ grad_k, RowStrides gk_strides,
+                             T* __restrict__ dq, T* __restrict__ dk, Work work, AffineCouplingParams params,
+                             AffineCouplingGrads grads) {
+  constexpr int L = D / kLaneChannels, G = kThreads / L;
+  using Layout = PackedStepLayout<D, R>;
+  using Grads = GradLayout<D, R>;
+  static_assert(static_cast<int>(Layout::kFloats) == static_cast<int>(Grads::kFloats), "one step, one size");
+  constexpr int P = Layout::kFloats;
+  extern __shared__ __align__(16) float smem[];
+  const int steps = params.num_steps;
+  float* weights = smem;
+  float* acc = weights + steps * P;
+  float* g2 = acc + steps * P;
+  float* xs = g2 + G * 2 * D;
+  float* hg = xs + G * D;
+
+  const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
+  pack_weights<D, R>(weights, params, group);
+  for (int o = threadIdx.x; o < steps * P; o += blockDim.x) acc[o] = 0.0f;
+  __syncthreads();
+
+  const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
+  const SmemViews<D, R> views{weights};
+  const int64_t u_begin = chunk * work.tokens_per_block;
+  const int64_t u_end =
+      u_begin + work.tokens_per_block < work.group_tokens ? u_begin + work.tokens_per_block : work.group_tokens;
+  for (int64_t u0 = u_begin; u0 < u_end; u0 += G) {
+    const int64_t u = u0 + slot;
+    const bool valid = u < u_end;
+    int64_t b, h, t;
+    decode(work, group, valid ? u : u_end - 1, b, h, t);
+    const int64_t o = dense<D>(work, b, h, t) + c0;
+    float qv[kLaneChannels], kv[kLaneChannels], gqv[kLaneChannels], gkv[kLaneChannels];
+    load8(q_out + o, qv);
+    load8(k_out + o, kv);
+    load8(grad_q + strided(gq_strides, b, h, t) + c0, gqv);
+    load8(grad_k + strided(gk_strides, b, h, t) + c0, gkv);
+    StagingSink<D, R> sink{g2, xs, hg, acc, slot, valid, static_cast<int>(u_end - u0 < G ? u_end - u0 : G)};
+    lane_coupling_backward<R, kLaneChannels>(views, steps, params.clamp, c0, qv, kv, gqv, gkv, ShuffleReduce<L>{},
+                                             sink);
+    if (valid) {
+      store8(dq + o, gqv);
+      store8(dk + o, gkv);
+    }
+  }
+  // The sink's last __syncthreads has made every accumulator final.
+  for (int s = 0; s < steps; ++s) {
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+      float* target;
+      if (i < Grads::kB1) target = grads.w1[s] + group * R * D + i;
+      else if (i < Grads::kW2) target = grads.b1[s] + group * R + (i - Grads::kB1);
+      else if (i < Grads::kB2) target = grads.w2[s] + group * 2 * D * R + (i - Grads::kW2);
+      else target = grads.b2[s] + group * 2 * D + (i - Grads::kB2);
+      atomicAdd(target, acc[s * P + i]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+struct DeviceInfo {
+  int multiprocessors = 0;
+  int smem_optin = 0;  // bytes a block may use after opting in
+};
+
+bool query_device(DeviceInfo& info) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // clear it: this is a question, not a failure
+    return false;
+  }
+  static std::mutex mutex;
+  static std::unordered_map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    DeviceInfo fresh;
+    if (cudaDeviceGetAttribute(&fresh.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&fresh.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    it = cache.emplace(device, fresh).first;
+  }
+  info = it->second;
+  return true;
+}
+
+int64_t lanes_per_token(int64_t head_dim) { return head_dim / kLaneChannels; }
+int64_t tokens_per_batch(int64_t head_dim) { return kThreads / lanes_per_token(head_dim); }
+
+int64_t step_floats(int64_t d, int64_t r) { return 3 * d * r + r + 2 * d; }
+
+int64_t forward_smem_bytes(int64_t d, int64_t r, int64_t steps) {
+  return steps * step_floats(d, r) * static_cast<int64_t>(sizeof(float));
+}
+
+size_t element_size(ElementType type) { return type == ElementType::BFloat16 ? 2 : 4; }
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("fused coupling: ") + what + ": " + cudaGetErrorString(err));
+}
+
+std::string shape_text(const CouplingShape& s, int steps) {
+  return "head_dim " + std::to_string(s.head_dim) + ", hidden " + std::to_string(s.hidden) + ", steps " +
+         std::to_string(steps);
+}
+
+// Tokens each block handles: enough blocks to fill the device several times
+// over, enough tokens per block to amortise packing the weights (and, in the
+// backward, the atomics of its weight gradients). $CQK_FUSED_TOKENS_PER_BLOCK
+// overrides it (for tuning).
+int64_t choose_tokens_per_block(int64_t total_tokens, int64_t per_batch, int multiprocessors, int blocks_per_sm) {
+  int64_t tokens = 0;
+  if (const char* env = std::getenv("CQK_FUSED_TOKENS_PER_BLOCK")) tokens = std::atoll(env);
+  if (tokens <= 0) {
+    const int64_t target_blocks = static_cast<int64_t>(multiprocessors > 0 ? multiprocessors : 100) * blocks_per_sm;
+    tokens = (total_tokens + target_blocks - 1) / target_blocks;
+    tokens = std::min<int64_t>(tokens, 64 * per_batch);
+  }
+  tokens = std::max<int64_t>(tokens, per_batch);
+  return (tokens + per_batch - 1) / per_batch * per_batch;
+}
+
+Work make_work(const CouplingShape& s, bool shared, int64_t per_batch, int multiprocessors, int blocks_per_sm,
+               int64_t& num_groups) {
+  Work w{};
+  w.batch = s.batch;
+  w.heads = s.heads;
+  w.time = s.time;
+  w.shared = shared;
+  num_groups = shared ? 1 : s.heads;
+  w.group_tokens = shared ? s.batch * s.heads * s.time : s.batch * s.time;
+  w.tokens_per_block =
+      choose_tokens_per_block(s.batch * s.heads * s.time, per_batch, multiprocessors, blocks_per_sm);
+  w.blocks_per_group = (w.group_tokens + w.tokens_per_block - 1) / w.tokens_per_block;
+  return w;
+}
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(integral_constant<D>, integral_constant<R>, TypeTag<T>) for the compiled shapes.
+template <class F>
+void dispatch(const CouplingShape& s, ElementType type, F&& f) {
+  auto with_type = [&](auto d, auto r) {
+    if (type == ElementType::BFloat16) f(d, r, TypeTag<__nv_bfloat16>{});
+    else f(d, r, TypeTag<float>{});
+  };
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  using I8 = std::integral_constant<int, 8>;
+  using I16 = std::integral_constant<int, 16>;
+  if (s.head_dim == 64 && s.hidden == 8) with_type(I64{}, I8{});
+  else if (s.head_dim == 64 && s.hidden == 16) with_type(I64{}, I16{});
+  else if (s.head_dim == 128 && s.hidden == 8) with_type(I128{}, I8{});
+  else if (s.head_dim == 128 && s.hidden == 16) with_type(I128{}, I16{});
+  else throw std::invalid_argument("fused coupling: unsupported head_dim/hidden " + std::to_string(s.head_dim) + "/" +
+                                   std::to_string(s.hidden) + " (compiled: 64 or 128 / 8 or 16)");
+}
+
+void validate(const CouplingShape& s, const AffineCouplingParams& params) {
+  if (!fused_coupling_shape_supported(s.head_dim, s.hidden, params.num_steps))
+    throw std::invalid_argument("fused coupling: unsupported " + shape_text(s, params.num_steps) +
+                                " (compiled: head_dim 64/128, hidden 8/16, 1.." +
+                                std::to_string(AffineCouplingParams::kMaxSteps) + " steps)");
+  if (s.batch < 0 || s.heads < 1 || s.time < 0) throw std::invalid_argument("fused coupling: bad batch/heads/time");
+  for (int i = 0; i < params.num_steps; ++i)
+    if (!params.w1[i] || !params.b1[i] || !params.w2[i] || !params.b2[i])
+      throw std::invalid_argument("fused coupling: missing weights of step " + std::to_string(i));
+}
+
+void require_rows_aligned(const void* p, const RowStrides& strides, ElementType type, const char* name) {
+  if (!fused_coupling_rows_aligned(p, strides, type))
+    throw std::invalid_argument(std::string("fused coupling: rows of ") + name +
+                                " must start on 16-byte boundaries (make it contiguous)");
+}
+
+void set_smem(const void* kernel, int64_t bytes, const DeviceInfo& info, const CouplingShape& s, int steps) {
+  if (bytes > info.smem_optin)
+    throw std::invalid_argument("fused coupling: " + shape_text(s, steps) + " needs " + std::to_string(bytes) +
+                                " bytes of shared memory per block, the device allows " +
+                                std::to_string(info.smem_optin));
+  if (bytes > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+               "cudaFuncSetAttribute");
+}
+
+template <bool Inverse>
+void launch_forward(ElementType type, const void* q, const RowStrides& qs, const void* k, const RowStrides& ks,
+                    void* q_out, void* k_out, const CouplingShape& s, const AffineCouplingParams& params,
+                    void* stream) {
+  validate(s, params);
+  if (s.batch * s.heads * s.time == 0) return;
+  require_rows_aligned(q, qs, type, "q");
+  require_rows_aligned(k, ks, type, "k");
+  require_rows_aligned(q_out, RowStrides::contiguous(s), type, "q_out");
+  require_rows_aligned(k_out, RowStrides::contiguous(s), type, "k_out");
+  DeviceInfo info;
+  if (!query_device(info)) throw std::runtime_error("fused coupling: no CUDA device");
+  int64_t groups = 0;
+  const Work work = make_work(s, params.shared_across_heads, tokens_per_batch(s.head_dim), info.multiprocessors,
+                              /*blocks_per_sm=*/8, groups);
+  const int64_t smem = forward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
+  const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch(s, type, [&](auto d, auto r, auto tag) {
+    constexpr int D = decltype(d)::value, R = decltype(r)::value;
+    using T = typename decltype(tag)::type;
+    auto kernel = coupling_kernel<D, R, T, Inverse>;
+    set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
+    kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
+                                         static_cast<T*>(q_out), static_cast<T*>(k_out), work, params);
+  });
+  check_cuda(cudaGetLastError(), Inverse ? "inverse launch" : "forward launch");
 }
 
 }  // namespace
 
-bool fused_coupling_supported(int64_t head_dim, int64_t hidden) {
-  return (head_dim == 64 || head_dim == 128) && hidden == 8;
+bool fused_coupling_shape_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
+  return (head_dim == 64 || head_dim == 128) && (hidden == 8 || hidden == 16) && steps >= 1 &&
+         steps <= AffineCouplingParams::kMaxSteps;
 }
 
-void affine_coupling_forward_cuda(const float* q, const float* k, float* q_out, float* k_out, int64_t batch,
-                                  int64_t heads, int64_t time, int64_t head_dim, int64_t hidden,
-                                  const AffineCouplingParams& params, void* stream) {
-  launch<false>(q, k, q_out, k_out, batch, heads, time, head_dim, hidden, params, stream);
+int64_t fused_coupling_backward_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps) {
+  const int64_t staging = tokens_per_batch(head_dim) * (3 * head_dim + 2 * hidden);
+  return (2 * steps * step_floats(head_dim, hidden) + staging) * static_cast<int64_t>(sizeof(float));
 }
 
-void affine_coupling_inverse_cuda(const float* q, const float* k, float* q_out, float* k_out, int64_t batch,
-                                  int64_t heads, int64_t time, int64_t head_dim, int64_t hidden,
+bool fused_coupling_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
+  if (!fused_coupling_shape_supported(head_dim, hidden, steps)) return false;
+  DeviceInfo info;
+  return query_device(info) && fused_coupling_backward_smem_bytes(head_dim, hidden, steps) <= info.smem_optin;
+}
+
+bool fused_coupling_rows_aligned(const void* data, const RowStrides& strides, ElementType type) {
+  const int64_t size = static_cast<int64_t>(element_size(type));
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (strides.batch * size) % 16 == 0 &&
+         (strides.head * size) % 16 == 0 && (strides.time * size) % 16 == 0;
+}
+
+void affine_coupling_forward_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
+                                  const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
                                   const AffineCouplingParams& params, void* stream) {
-  launch<true>(q, k, q_out, k_out, batch, heads, time, head_dim, hidden, params, stream);
+  launch_forward<false>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, stream);
+}
+
+void affine_coupling_inverse_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
+                                  const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
+                                  const AffineCouplingParams& params, void* stream) {
+  launch_forward<true>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, stream);
+}
+
+void affine_coupling_backward_cuda(ElementType type, const void* q_out, const void* k_out, const void* grad_q,
+                                   const RowStrides& grad_q_strides, const void* grad_k,
+                                   const RowStrides& grad_k_strides, void* dq, void* dk, const CouplingShape& s,
+                                   const AffineCouplingParams& params, const AffineCouplingGrads& grads,
+                                   void* stream) {
+  validate(s, params);
+  if (s.batch * s.heads * s.time == 0) return;
+  for (int i = 0; i < params.num_steps; ++i)
+    if (!grads.w1[i] || !grads.b1[i] || !grads.w2[i] || !grads.b2[i])
+      throw std::invalid_argument("fused coupling: missing weight gradients of step " + std::to_string(i));
+  const RowStrides dense = RowStrides::contiguous(s);
+  require_rows_aligned(q_out, dense, type, "q_out");
+  require_rows_aligned(k_out, dense, type, "k_out");
+  require_rows_aligned(grad_q, grad_q_strides, type, "grad_q");
+  require_rows_aligned(grad_k, grad_k_strides, type, "grad_k");
+  require_rows_aligned(dq, dense, type, "dq");
+  require_rows_aligned(dk, dense, type, "dk");
+  DeviceInfo info;
+  if (!query_device(info)) throw std::runtime_error("fused coupling: no CUDA device");
+  int64_t groups = 0;
+  const Work work = make_work(s, params.shared_across_heads, tokens_per_batch(s.head_dim), info.multiprocessors,
+                              /*blocks_per_sm=*/4, groups);
+  const int64_t smem = fused_coupling_backward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
+  const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch(s, type, [&](auto d, auto r, auto tag) {
+    constexpr int D = decltype(d)::value, R = decltype(r)::value;
+    using T = typename decltype(tag)::type;
+    auto kernel = coupling_backward_kernel<D, R, T>;
+    set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
+    kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
+                                         static_cast<const T*>(grad_q), grad_q_strides,
+                                         static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
+                                         static_cast<T*>(dk), work, params, grads);
+  });
+  check_cuda(cudaGetLastError(), "backward launch");
 }
 
 }  // namespace cqk::kernels

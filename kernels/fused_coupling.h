@@ -1,12 +1,21 @@
 #pragma once
-// Host launchers for the fused coupling kernels. Raw pointers only, so that
-// neither side of the boundary needs the other's headers.
+// Host launchers for the fused affine-coupling kernels (fused_coupling.cu).
+// Raw pointers only, so that neither side of the boundary needs the other's
+// headers: the torch side is src/fused_coupling.cpp.
+//
+// Tensors: q and k are [batch, heads, time, head_dim] with the last dimension
+// contiguous and any strides (in elements) for the other three, as long as every
+// row starts on a 16-byte boundary (data pointer and strides multiples of 16
+// bytes). Every output is written contiguous, [batch, heads, time, head_dim].
+// Element type: float32 or bfloat16 for q, k and their gradients (the math runs
+// in float32); the weights and their gradients are always float32.
 #include <cstdint>
 
 namespace cqk::kernels {
 
-// Weights of an affine coupling: per step, per head (or one head when shared),
-// the tensors of cqk::HeadwiseMLP, contiguous float32 on the device.
+// Weights of an affine coupling: per step, the tensors of cqk::HeadwiseMLP
+// ([groups, R, D], [groups, R], [groups, 2D, R], [groups, 2D]), contiguous
+// float32 on the device; groups = heads, or 1 when shared across heads.
 struct AffineCouplingParams {
   static constexpr int kMaxSteps = 8;
   const float* w1[kMaxSteps];
@@ -18,16 +27,58 @@ struct AffineCouplingParams {
   float clamp = 2.0f;
 };
 
-// Shapes a launcher supports; other shapes fall back to the ATen path.
-bool fused_coupling_supported(int64_t head_dim, int64_t hidden);
+// Float32 gradient buffers shaped like the weights. The backward ADDS to them
+// (atomically), so zero them first.
+struct AffineCouplingGrads {
+  float* w1[AffineCouplingParams::kMaxSteps];
+  float* b1[AffineCouplingParams::kMaxSteps];
+  float* w2[AffineCouplingParams::kMaxSteps];
+  float* b2[AffineCouplingParams::kMaxSteps];
+};
 
-// q, k: [batch, heads, time, head_dim] contiguous float32 on the device.
-// Writes the coupled (forward) or reconstructed (inverse) q and k to q_out, k_out.
-void affine_coupling_forward_cuda(const float* q, const float* k, float* q_out, float* k_out, int64_t batch,
-                                  int64_t heads, int64_t time, int64_t head_dim, int64_t hidden,
+enum class ElementType { Float32, BFloat16 };
+
+struct CouplingShape {
+  int64_t batch = 0, heads = 0, time = 0, head_dim = 0, hidden = 0;
+};
+
+// Strides in elements of the batch, head and time dimensions (head_dim has stride 1).
+struct RowStrides {
+  int64_t batch = 0, head = 0, time = 0;
+  static RowStrides contiguous(const CouplingShape& s) {
+    return {s.heads * s.time * s.head_dim, s.time * s.head_dim, s.head_dim};
+  }
+};
+
+// Head dim and hidden width the kernels are compiled for (64/128 and 8/16),
+// 1..kMaxSteps steps. Host only, no device needed.
+bool fused_coupling_shape_supported(int64_t head_dim, int64_t hidden, int64_t steps);
+// Shared memory (bytes) one block of the backward kernel needs, the largest of the kernels.
+int64_t fused_coupling_backward_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps);
+// The shape is supported and the current CUDA device has the shared memory the
+// backward kernel needs. False when there is no device.
+bool fused_coupling_supported(int64_t head_dim, int64_t hidden, int64_t steps);
+
+// Row alignment the kernels need for an input with this data pointer and these strides.
+bool fused_coupling_rows_aligned(const void* data, const RowStrides& strides, ElementType type);
+
+// q_out, k_out = the coupling of (q, k). Throws std::invalid_argument for an
+// unsupported shape or misaligned rows, std::runtime_error for a CUDA error.
+void affine_coupling_forward_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
+                                  const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
                                   const AffineCouplingParams& params, void* stream);
-void affine_coupling_inverse_cuda(const float* q, const float* k, float* q_out, float* k_out, int64_t batch,
-                                  int64_t heads, int64_t time, int64_t head_dim, int64_t hidden,
+// q_out, k_out = the exact inverse of the coupling at (q, k).
+void affine_coupling_inverse_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
+                                  const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
                                   const AffineCouplingParams& params, void* stream);
+// The backward in one pass that saves nothing from the forward but its outputs:
+// per token, rebuilds (q, k) from the contiguous outputs (q_out, k_out) with the
+// exact inverse, step by step, and backpropagates (grad_q, grad_k) through each
+// step. Writes dq, dk (contiguous) and adds the weight gradients to `grads`.
+void affine_coupling_backward_cuda(ElementType type, const void* q_out, const void* k_out, const void* grad_q,
+                                   const RowStrides& grad_q_strides, const void* grad_k,
+                                   const RowStrides& grad_k_strides, void* dq, void* dk, const CouplingShape& shape,
+                                   const AffineCouplingParams& params, const AffineCouplingGrads& grads,
+                                   void* stream);
 
 }  // namespace cqk::kernels

@@ -43,6 +43,32 @@ void fsync_path(const std::string& path, int flags) {
   if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(errno));
 }
 
+// Module::load silently replaces a tensor by a stored one of another shape
+// (Tensor::set_), so the shapes are compared first, walking the archive as it does.
+void check_fits(const torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+                const std::string& path) {
+  const auto check = [&](const std::string& key, const at::Tensor& expected, bool is_buffer) {
+    at::Tensor stored;
+    if (!archive.try_read(key, stored, is_buffer))
+      fail(path, "checkpoint does not fit this model: no " + prefix + key);
+    if (stored.sizes() != expected.sizes()) {
+      std::ostringstream message;
+      message << "checkpoint does not fit this model: " << prefix << key << " has shape " << stored.sizes()
+              << " in the file, " << expected.sizes() << " in the model";
+      fail(path, message.str());
+    }
+  };
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) check(item.key(), item.value(), false);
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) check(item.key(), item.value(), true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive))
+      fail(path, "checkpoint does not fit this model: no " + prefix + child.key());
+    check_fits(*child.value(), child_archive, prefix + child.key() + ".", path);
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -92,8 +118,11 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
   write_file_atomically(path, file);
 }
 
-TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                              const std::string& expected_config_hash) {
+namespace {
+
+// optimizer null: model only, and the global RNG state is not restored either.
+TrainingState load_checkpoint_into(const std::string& path, torch::nn::Module& model,
+                                   torch::optim::Optimizer* optimizer, const std::string& expected_config_hash) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open checkpoint");
   const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -120,23 +149,37 @@ TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model,
                    expected_config_hash + ")");
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);
+  check_fits(model, model_archive, "", path);
   try {
     model.load(model_archive);
   } catch (const c10::Error& e) {
     fail(path, std::string("checkpoint does not fit this model: ") + e.what_without_backtrace());
   }
-  optimizer.load(optimizer_archive);
+  if (optimizer != nullptr) optimizer->load(optimizer_archive);
   archive.read("step", value);
   state.step = value.toInt();
   archive.read("data_position", value);
   state.data_position = value.toInt();
   archive.read("tokens", value);
   state.tokens = value.toInt();
+  if (optimizer == nullptr) return state;
   at::Tensor rng;
   archive.read("rng_cpu", rng);
   auto generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(rng);
   return state;
+}
+
+}  // namespace
+
+TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                              const std::string& expected_config_hash) {
+  return load_checkpoint_into(path, model, &optimizer, expected_config_hash);
+}
+
+TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              const std::string& expected_config_hash) {
+  return load_checkpoint_into(path, model, nullptr, expected_config_hash);
 }
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {

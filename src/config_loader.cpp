@@ -392,6 +392,10 @@ void apply(const Field& root, const Field& field, const YAML::Node& node, const 
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  // yaml-cpp stops reading at a NUL byte: a binary file (a checkpoint, model.pt)
+  // starting with one would load as an empty config, i.e. all defaults.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw config_error(source + ": not a YAML text file (NUL byte at offset " + std::to_string(nul) + ")");
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {

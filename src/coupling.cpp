@@ -1,5 +1,7 @@
 #include "cqk/coupling.h"
 
+#include "cqk/fused_coupling.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
@@ -261,6 +263,12 @@ bool is_reduced_precision(const at::Tensor& t) {
 std::pair<at::Tensor, at::Tensor> QKCouplingImpl::forward(const at::Tensor& q, const at::Tensor& k) {
   check_input(q, k, "forward");
   if (options_.kind() == CouplingKind::None) return {q, k};
+#ifdef CQK_WITH_CUDA
+  // The fused CUDA kernels (kernels/fused_coupling.cu, docs/KERNELS.md) when
+  // they cover these inputs; the ATen path below is the fallback and reference.
+  if (options_.kind() == CouplingKind::Affine && q.is_cuda() && fused_affine_coupling_applies(*this, q, k))
+    return fused_affine_coupling(*this, q, k);
+#endif
   // The map runs in float32 even under bf16 autocast: exp(s) and the inverse
   // need the precision, and the work is tiny next to the scoring.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);

@@ -16,11 +16,10 @@ int available_cpus() {
 }
 
 int configure_threads(int requested) {
-  int threads = requested;
-  if (threads <= 0) {
-    const char* env = std::getenv("CQK_NUM_THREADS");
-    threads = env ? std::atoi(env) : 0;
-  }
+  // The environment (also set by the tool's --threads) beats a config's value.
+  const char* env = std::getenv("CQK_NUM_THREADS");
+  int threads = env ? std::atoi(env) : 0;
+  if (threads <= 0) threads = requested;
   if (threads <= 0) threads = available_cpus();
   at::set_num_threads(threads);
   return at::get_num_threads();

@@ -11,7 +11,8 @@ double learning_rate(const TrainConfig& train, int64_t step) {
   if (step < train.warmup_steps) return peak * static_cast<double>(step + 1) / static_cast<double>(train.warmup_steps);
   if (train.schedule == "constant") return peak;
   if (train.schedule == "cosine") {
-    const double span = std::max<int64_t>(1, train.steps - train.warmup_steps);
+    // The last step (steps - 1) is at the floor, as WSD's is.
+    const double span = std::max<int64_t>(1, train.steps - train.warmup_steps - 1);
     const double progress = std::min(1.0, static_cast<double>(step - train.warmup_steps) / span);
     return floor + (peak - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
   }

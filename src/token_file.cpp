@@ -154,6 +154,10 @@ TokenFile::TokenFile(const std::string& path, std::optional<uint64_t> expected_c
     ::close(fd);
     fail(path, "cannot stat: " + why);
   }
+  if (!S_ISREG(st.st_mode)) {  // a folder maps as "No such device"; a pipe has no size
+    ::close(fd);
+    fail(path, S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file");
+  }
   const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kTokenFileHeaderSize) {
     ::close(fd);
@@ -236,15 +240,29 @@ void TokenFile::unmap() {
 namespace {
 template <typename Out>
 void copy_tokens(const TokenFile& file, const unsigned char* data, int64_t start, int64_t n, Out* out) {
-  if (start < 0 || n < 0 || start + n > file.size())
+  if (start < 0 || n < 0 || start > file.size() || n > file.size() - start)
     throw std::out_of_range("token file " + file.path() + ": read [" + std::to_string(start) + ", " +
                             std::to_string(start + n) + ") outside [0, " + std::to_string(file.size()) + ")");
+  // An id outside the header's vocabulary (a damaged file) would index past the
+  // embedding table; it is reported here, naming the file and the position.
+  const uint64_t vocab = file.header().vocab_size;
+  const auto bad_id = [&](int64_t i, uint64_t id) {
+    throw std::runtime_error("token file " + file.path() + ": token " + std::to_string(start + i) + " is " +
+                             std::to_string(id) + ", outside the vocabulary [0, " + std::to_string(vocab) +
+                             ") of the header (offset 24): the file is damaged");
+  };
   if (file.header().width == 2) {
     const auto* src = reinterpret_cast<const uint16_t*>(data) + start;
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(src[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      if (src[i] >= vocab) bad_id(i, src[i]);
+      out[i] = static_cast<Out>(src[i]);
+    }
   } else {
     const auto* src = reinterpret_cast<const uint32_t*>(data) + start;
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(src[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      if (src[i] >= vocab) bad_id(i, src[i]);
+      out[i] = static_cast<Out>(src[i]);
+    }
   }
 }
 }  // namespace

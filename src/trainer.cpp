@@ -18,6 +18,7 @@
 
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/distributed.h"
 #include "cqk/flops.h"
 #include "cqk/log.h"
 #include "cqk/progress.h"
@@ -90,6 +91,8 @@ bool use_bf16(const TrainConfig& train, const c10::Device& device) {
   throw std::invalid_argument("train.dtype: expected auto|fp32|bf16, got '" + train.dtype + "'");
 }
 
+}  // namespace
+
 // Decoupled weight decay on matrices only; embeddings, norms, biases and the
 // identity-initialised MTA parameters are left alone unless the config says so.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
@@ -114,6 +117,8 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const 
   return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(train.lr));
 }
 
+namespace {
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
@@ -136,6 +141,19 @@ std::string first_non_finite(TransformerLM& model) {
     if (grad.defined() && !at::isfinite(grad).all().item<bool>()) return "gradient of " + item.key();
   }
   return "the loss only (parameters and gradients are finite)";
+}
+
+// An evaluation over every rank's share of the split (unchanged with one process).
+Evaluation reduce_evaluation(DistributedContext& dist, const Evaluation& local) {
+  if (!dist.enabled()) return local;
+  const double tokens = static_cast<double>(local.tokens);
+  const auto sums = dist.all_reduce_sum({local.loss * tokens, std::round(local.accuracy * tokens), tokens});
+  Evaluation global;
+  global.tokens = static_cast<int64_t>(std::llround(sums[2]));
+  global.loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+  global.perplexity = std::exp(global.loss);
+  global.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+  return global;
 }
 
 nlohmann::json evaluation_json(const Evaluation& e) {
@@ -185,34 +203,46 @@ Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int6
 TrainSummary train(const Config& input_config, const TrainOptions& options) {
   Config config = input_config;
   validate(config);
+  const auto dist_env = distributed_environment();  // one process unless RANK/WORLD_SIZE (or srun) say otherwise
   const std::string run_dir = options.run_dir.empty() ? default_run_dir(config) : options.run_dir;
   const auto config_path = (fs::path(run_dir) / "config.yaml").string();
   if (!options.resume && !list_checkpoints(run_dir).empty())
     throw std::runtime_error(run_dir + ": already holds checkpoints of a run; continue it with `cqk train --resume " +
                              run_dir + "` or choose another run.dir");
-  fs::create_directories(fs::path(run_dir) / "checkpoints");
-  log::add_file((fs::path(run_dir) / "train.log").string());
-  struct LogFileScope {
-    ~LogFileScope() { log::remove_files(); }
-  } log_file_scope;
 
   const int threads = configure_threads(static_cast<int>(config.train.threads));
   at::manual_seed(static_cast<uint64_t>(config.run.seed));
-  auto source = make_batch_source(config.data, config.run.seed);
+  auto source = make_batch_source(config.data, config.run.seed, dist_env.rank, dist_env.world_size);
   if (config.model.vocab_size == 0) config.model.vocab_size = source->vocab_size();
   if (config.model.vocab_size < source->vocab_size())
     throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
                                 ") is smaller than the data's vocabulary (" + std::to_string(source->vocab_size()) +
                                 ")");
   const std::string hash = config_hash(config);
-  if (!options.resume) write_file_atomically(config_path, to_yaml(config));
+  const auto device = rank_device(choose_device(config.train.device), dist_env);
+  DistributedContext dist(dist_env, device);  // rendezvous and process group; a no-op for one process
+  dist.check_config_hash(hash);
+  const auto info = [&](const std::string& message) {
+    if (dist.is_main()) log::info(message);
+  };
 
-  const auto device = choose_device(config.train.device);
   const bool bf16 = use_bf16(config.train, device);
   TransformerLM model(config.model);
   model->to(device);
   auto optimizer = make_optimizer(model, config.train);
   const auto breakdown = model->parameter_breakdown();
+
+  // The run directory is made only once the config, the data and the model are
+  // known to work, so that bad input never leaves a half-made run behind.
+  fs::create_directories(fs::path(run_dir) / "checkpoints");
+  if (dist_env.rank == 0) log::add_file((fs::path(run_dir) / "train.log").string());
+  struct LogFileScope {
+    ~LogFileScope() { log::remove_files(); }
+  } log_file_scope;
+  if (!options.resume && dist.is_main()) write_file_atomically(config_path, to_yaml(config));
+
+  // Measured before a resume restores the RNG state: the measurement draws random matrices.
+  const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
 
   TrainingState state;
   state.config_hash = hash;
@@ -223,7 +253,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
       try {
         state = load_checkpoint(*it, *model, *optimizer, hash);
-        log::info("resumed from " + *it + " at step " + std::to_string(state.step));
+        info("resumed from " + *it + " at step " + std::to_string(state.step));
         break;
       } catch (const std::runtime_error& e) {
         if (std::next(it) == checkpoints.rend()) throw;
@@ -232,17 +262,19 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     }
     source->seek_train(state.data_position);
   }
+  dist.broadcast_parameters(*model);
+  dist.attach_gradient_sync(model->parameters());
 
   const int64_t tokens_per_step = config.data.batch_size * config.data.seq_len * config.train.grad_accum;
   const double flops_per_token = model->flops_per_token(config.data.seq_len);
-  const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
-  log::info("run " + run_dir + " | " + breakdown.describe());
-  log::info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " +
-            std::to_string(threads) + " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " +
-            std::to_string(peak_flops / 1e9) + " GFLOP/s");
+  info("run " + run_dir + " | " + breakdown.describe());
+  info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " + std::to_string(threads) +
+       " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " + std::to_string(peak_flops / 1e9) +
+       " GFLOP/s");
 
   const auto metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   const auto save = [&] {
+    if (!dist.is_main()) return;  // one writer; every rank resumes from it
     save_checkpoint(checkpoint_path(run_dir, state.step), *model, *optimizer, state);
     prune_checkpoints(run_dir, config.train.keep_checkpoints);
   };
@@ -258,6 +290,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   double tokens_per_second = 0.0;
 
   while (state.step < config.train.steps) {
+    crash_rank_for_test_if_requested(dist.rank(), state.step);
     const double lr = learning_rate(config.train, state.step);
     set_learning_rate(*optimizer, lr);
     optimizer->zero_grad();
@@ -270,20 +303,29 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
         loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) /
                static_cast<double>(config.train.grad_accum);
       }
+      dist.begin_backward(micro + 1 == config.train.grad_accum);  // all-reduce in the last backward only
       loss.backward();
       loss_value += loss.item<double>();
     }
+    dist.finish_gradient_sync();
+    // The mean loss over ranks, and whether any rank was asked to stop, so all ranks decide alike.
+    const auto agreed = dist.all_reduce_sum({loss_value, signals.pending() ? 1.0 : 0.0});
+    loss_value = agreed[0] / dist.world_size();
     state.data_position = source->train_position();
     if (!std::isfinite(loss_value)) {
       progress.finish();
-      log::error("loss became " + std::to_string(loss_value) + " at step " + std::to_string(state.step + 1) +
-                 "; first non-finite: " + first_non_finite(model) +
-                 ". The last good checkpoint is kept; lower train.lr or enable train.grad_clip.");
+      if (dist.is_main())
+        log::error("loss became " + std::to_string(loss_value) + " at step " + std::to_string(state.step + 1) +
+                   "; first non-finite: " + first_non_finite(model) +
+                   ". The last good checkpoint is kept; lower train.lr or enable train.grad_clip.");
       summary.outcome = TrainOutcome::Diverged;
       summary.step = state.step;
       return summary;
     }
-    const double max_norm = config.train.grad_clip > 0 ? config.train.grad_clip : std::numeric_limits<double>::max();
+    // Off: an infinite bound (the clip factor clamps to exactly 1). Not double's max,
+    // which clip_grad_norm_ cannot convert to the float gradients' type and throws.
+    const double max_norm =
+        config.train.grad_clip > 0 ? config.train.grad_clip : std::numeric_limits<double>::infinity();
     const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
     optimizer->step();
     ++state.step;
@@ -293,37 +335,40 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     const double window_seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
     if (state.step % config.train.log_every == 0 || state.step == config.train.steps) {
       tokens_per_second = window_tokens / std::max(window_seconds, 1e-9);
-      const double mfu = tokens_per_second * flops_per_token / peak_flops;
+      const double mfu = tokens_per_second * flops_per_token / (peak_flops * dist.world_size());
       nlohmann::json line = {{"step", state.step},   {"tokens", state.tokens},  {"loss", loss_value},
                              {"lr", lr},             {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_second},
                              {"mfu", mfu}};
-      append_line(metrics_path, line.dump());
+      if (dist.is_main()) append_line(metrics_path, line.dump());
       window_start = Clock::now();
       window_tokens = 0;
     }
     char detail[160];
     std::snprintf(detail, sizeof detail, "loss %.4f | lr %.2e | %.0f tok/s", loss_value, lr, tokens_per_second);
-    progress.update(state.step, detail);
+    if (dist.is_main()) progress.update(state.step, detail);
 
     if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
-      const auto valid = evaluate(model, *source, Split::Valid, config.train.eval_batches, device);
-      append_line(metrics_path, nlohmann::json{{"step", state.step}, {"tokens", state.tokens},
-                                               {"valid_loss", valid.loss}, {"valid_ppl", valid.perplexity},
-                                               {"valid_accuracy", valid.accuracy}}
-                                    .dump());
+      const auto valid =
+          reduce_evaluation(dist, evaluate(model, *source, Split::Valid, config.train.eval_batches, device));
+      if (dist.is_main())
+        append_line(metrics_path, nlohmann::json{{"step", state.step}, {"tokens", state.tokens},
+                                                 {"valid_loss", valid.loss}, {"valid_ppl", valid.perplexity},
+                                                 {"valid_accuracy", valid.accuracy}}
+                                      .dump());
       progress.finish();
-      log::info("step " + std::to_string(state.step) + " valid ppl " + std::to_string(valid.perplexity) +
-                " accuracy " + std::to_string(valid.accuracy));
+      info("step " + std::to_string(state.step) + " valid ppl " + std::to_string(valid.perplexity) + " accuracy " +
+           std::to_string(valid.accuracy));
     }
     const bool periodic = config.train.checkpoint_every > 0 && state.step % config.train.checkpoint_every == 0;
     const bool paused = options.max_steps > 0 && state.step - first_step >= options.max_steps;
-    if (periodic || paused || signals.pending()) save();
-    if (signals.pending() || (paused && state.step < config.train.steps)) {
+    const bool stopping = dist.enabled() ? agreed[1] > 0 : signals.pending() != 0;
+    if (periodic || paused || stopping) save();
+    if (stopping || (paused && state.step < config.train.steps)) {
       progress.finish();
-      summary.outcome = signals.pending() ? TrainOutcome::Interrupted : TrainOutcome::Paused;
+      summary.outcome = stopping ? TrainOutcome::Interrupted : TrainOutcome::Paused;
       summary.step = state.step;
-      log::info(std::string(signals.pending() ? "interrupted" : "paused") + " at step " +
-                std::to_string(state.step) + "; checkpoint saved. Continue with: cqk train --resume " + run_dir);
+      info(std::string(stopping ? "interrupted" : "paused") + " at step " + std::to_string(state.step) +
+           "; checkpoint saved. Continue with: cqk train --resume " + run_dir);
       return summary;
     }
   }
@@ -331,9 +376,12 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   if (list_checkpoints(run_dir).empty() || state.step % std::max<int64_t>(config.train.checkpoint_every, 1) != 0)
     save();
 
-  summary.valid = evaluate(model, *source, Split::Valid, 0, device);
-  summary.test = evaluate(model, *source, Split::Test, 0, device);
+  dist.check_parameters_in_sync(*model);
+  summary.valid = reduce_evaluation(dist, evaluate(model, *source, Split::Valid, 0, device));
+  summary.test = reduce_evaluation(dist, evaluate(model, *source, Split::Test, 0, device));
   summary.step = state.step;
+  dump_weights_for_test_if_requested(*model, dist.rank());
+  if (!dist.is_main()) return summary;  // rank 0 writes the results
   save_weights_for_python((fs::path(run_dir) / "model.pt").string(), *model);
   const nlohmann::json results = {{"name", config.run.name},
                                   {"seed", config.run.seed},

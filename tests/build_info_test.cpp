@@ -10,9 +10,13 @@
 namespace {
 
 TEST(Runtime, ConfigureThreadsSetsTorchThreadCount) {
+  unsetenv("CQK_NUM_THREADS");
   EXPECT_EQ(cqk::configure_threads(1), 1);
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_EQ(cqk::configure_threads(0), cqk::available_cpus());
+  setenv("CQK_NUM_THREADS", "1", 1);  // the environment (and --threads) wins over a config's value
+  EXPECT_EQ(cqk::configure_threads(2), 1);
+  unsetenv("CQK_NUM_THREADS");
 }
 
 // The PyPI wheel's CPU matmul runs on MKL; a reference BLAS would be ~40x slower.

@@ -28,6 +28,9 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
 // the file on a bad header, a checksum mismatch or a different config.
 TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                               const std::string& expected_config_hash);
+// The model only (eval, generate): the optimizer state and the global RNG are left alone.
+TrainingState load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              const std::string& expected_config_hash);
 
 // Checkpoint files of a run directory, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
@@ -35,8 +38,9 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step);
 // Deletes all but the newest `keep`.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 
-// The model's parameters and buffers as a state dict that Python reads with
-// torch.load(path) (a pickled dict of name -> tensor).
+// The model's parameters and buffers as a state dict (a pickled dict of name ->
+// tensor) that Python reads with torch.load inside
+// torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]) (see README).
 void save_weights_for_python(const std::string& path, const torch::nn::Module& model);
 
 }  // namespace cqk

@@ -2,9 +2,9 @@
 
 namespace cqk {
 
-// Sets torch's intra-op thread count and returns it. `requested` <= 0 means
-// $CQK_NUM_THREADS if set, otherwise the cores this process may run on
-// (sched_getaffinity, so container and taskset limits are honoured).
+// Sets torch's intra-op thread count and returns it: $CQK_NUM_THREADS if set
+// (the tool's --threads sets it), else `requested` if > 0, else the cores this
+// process may run on (sched_getaffinity, so taskset and cgroup cpusets count).
 // Torch's own default depends on the build and the environment, so every
 // entry point calls this once, before any tensor work.
 int configure_threads(int requested = 0);

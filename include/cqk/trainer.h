@@ -2,7 +2,10 @@
 // The training loop behind `cqk train`: AdamW with decoupled weight decay,
 // warmup + cosine/WSD schedule, clipping, accumulation, periodic evaluation,
 // atomic checkpoints and exact resume. See docs/ARCHITECTURE.md for a step's data flow.
+#include <torch/optim/adamw.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cqk/batch_source.h"
@@ -42,6 +45,10 @@ Config load_run_config(const std::string& run_dir);
 
 Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
                     const c10::Device& device);
+
+// The trainer's AdamW: two groups, decoupled weight decay on matrices only
+// (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr train.lr.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
 
 // Exit status of `cqk train` for an outcome (0 finished or paused, 130 interrupted, 3 diverged).
 int exit_code(TrainOutcome outcome);

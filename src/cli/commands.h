@@ -14,7 +14,13 @@ int& exit_status();
 std::string one_line(const std::string& message);
 
 void add_train_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_recall_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_launch_command(CLI::App& app);
 
 }  // namespace cqk::cli

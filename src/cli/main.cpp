@@ -1,5 +1,6 @@
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -13,16 +14,28 @@ int main(int argc, char** argv) {
   bool show_version = false;
   int threads = 0;
   app.add_flag("--version", show_version, "Print versions, CUDA and thread information");
-  app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS or all available cores)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS, train.threads, or all cores)")
+      ->check(CLI::PositiveNumber)
+      ->each([](const std::string& value) { setenv("CQK_NUM_THREADS", value.c_str(), 1); });
   cqk::cli::add_train_command(app);
+  cqk::cli::add_bench_command(app);
+  cqk::cli::add_recall_command(app);
   cqk::cli::add_data_command(app);
   cqk::cli::add_stats_command(app);
+  cqk::cli::add_inspect_command(app);
+  cqk::cli::add_eval_command(app);
+  cqk::cli::add_generate_command(app);
+  cqk::cli::add_launch_command(app);
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a subcommand that reported its error itself
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A command line CLI11 rejects: the same one line as any other bad input.
+    std::cerr << "cqk: error: " << cqk::cli::one_line(e.what()) << " (see cqk --help)\n";
+    return 2;
   } catch (const std::exception& e) {
     // Bad input of any kind ends here: one line, non-zero exit, no stack trace.
     std::cerr << "cqk: error: " << cqk::cli::one_line(e.what()) << "\n";

@@ -1,0 +1,60 @@
+#pragma once
+// The fused CUDA affine coupling (kernels/fused_coupling.cu) as a torch
+// autograd function. QKCoupling::forward takes this path by itself for CUDA
+// tensors when fused_affine_coupling_applies(); the ATen path stays the
+// fallback and the reference. See docs/KERNELS.md.
+//
+// Builds without CUDA (CQK_WITH_CUDA undefined) get the same functions:
+// fused_coupling_built() is false, fused_affine_coupling_applies() is false and
+// the others throw std::logic_error.
+#include <ATen/core/Tensor.h>
+
+#include <utility>
+#include <vector>
+
+namespace cqk {
+
+class QKCouplingImpl;
+struct CouplingOptions;
+
+// Whether this library was built with the CUDA kernels.
+bool fused_coupling_built();
+
+// Process-wide switch, on by default; CQK_FUSED_COUPLING=0 in the environment
+// turns it off at start-up. Off, every coupling takes the ATen path (used to
+// compare the two, e.g. by the kernel benchmark).
+bool fused_coupling_enabled();
+void set_fused_coupling_enabled(bool enabled);
+
+// Whether QKCoupling::forward(q, k) may use the fused kernels: the switch is
+// on, the kind is affine, q and k are CUDA tensors of one dtype (float32 or
+// bfloat16) and shape on one device, the head dim / hidden / steps are compiled
+// (cqk::kernels::fused_coupling_supported) and the weights are float32 on that
+// device.
+bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k);
+
+// The coupling of (q, k), differentiable with respect to q, k and the
+// coupling's weights. Like the ATen path with recompute_from_inverse, it saves
+// only its outputs: the backward kernel rebuilds the inputs with the exact
+// inverse. Outputs are contiguous [batch, heads, time, head_dim] in q's dtype
+// (math in float32); in bfloat16 the inputs are rebuilt from the rounded
+// outputs, which costs bf16-level accuracy in the gradients (tested to 2e-2).
+std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
+                                                        const at::Tensor& k);
+
+// Lower level, no autograd (the GPU tests use these to poison the outputs).
+// weights: per step w1, b1, w2, b2 (float32, contiguous, the layout of
+// cqk::HeadwiseMLP), 4 * steps tensors. Outputs must be contiguous, of q's
+// dtype and shape; weight_grads are float32 like the weights and are ADDED to.
+namespace fused {
+void affine_forward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights, const at::Tensor& q,
+                        const at::Tensor& k, const at::Tensor& q_out, const at::Tensor& k_out, bool inverse = false);
+void affine_backward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
+                         const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& grad_q,
+                         const at::Tensor& grad_k, const at::Tensor& dq, const at::Tensor& dk,
+                         const std::vector<at::Tensor>& weight_grads);
+// The coupling's weights in the order above.
+std::vector<at::Tensor> affine_weights(const QKCouplingImpl& coupling);
+}  // namespace fused
+
+}  // namespace cqk

@@ -1,0 +1,260 @@
+// cqk_kernel_bench: GPU checks and timings of the fused affine coupling.
+//
+//   cqk_kernel_bench --check [--quick] the checks of tests/fused_coupling_test.cpp
+//                                      (kernels/tools/fused_check.h); exit 1 on failure;
+//                                      --quick: the small cases only (for compute-sanitizer)
+//   cqk_kernel_bench --bench [options] forward+backward timings, a markdown table:
+//       --times 512,1024,2048 --batch 8 --heads 12 --dim 64 --hidden 8 --steps 2
+//       --dtypes bf16,fp32 --iters 20 --warmup 5
+//
+// Rows per (dtype, T): SDPA alone (causal, no coupling); the ATen coupling +
+// SDPA; the fused coupling + SDPA; the coupling alone, ATen and fused; the
+// fused kernels alone with their achieved memory bandwidth. Times are medians
+// of per-iteration CUDA-event times; TFLOP/s counts attention's causal
+// forward+backward FLOPs (7 B H T^2 d) for every row that includes SDPA.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cqk/coupling.h"
+#include "cqk/fused_coupling.h"
+#include "tools/fused_check.h"
+
+namespace {
+
+struct Options {
+  bool check = false, bench = false, quick = false;
+  std::vector<int64_t> times{512, 1024, 2048};
+  int64_t batch = 8, heads = 12, dim = 64, hidden = 8, steps = 2;
+  std::vector<std::string> dtypes{"bf16", "fp32"};
+  int iters = 20, warmup = 5;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> parts;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--check [--quick]] [--bench] [--times 512,1024,2048] [--batch 8] [--heads 12] [--dim 64]\n"
+               "          [--hidden 8] [--steps 2] [--dtypes bf16,fp32] [--iters 20] [--warmup 5]\n",
+               argv0);
+  return 2;
+}
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// Median milliseconds of fn() over iters runs, after warmup runs.
+double time_ms(const std::function<void()>& fn, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn();
+  check_cuda(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    fn();
+    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float elapsed = 0;
+    check_cuda(cudaEventElapsedTime(&elapsed, start, stop), "cudaEventElapsedTime");
+    ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int run_checks(bool quick) {
+  int failures = 0;
+  uint64_t seed = 100;
+  std::vector<cqk::fused_check::Case> cases;
+  for (const auto& c : cqk::fused_check::standard_cases())
+    if (!quick || c.batch * c.heads * c.time <= 1000) cases.push_back(c);
+  for (const auto& c : cases) {
+    const auto r = cqk::fused_check::check_kernels(c, seed++);
+    std::printf("%s kernels  %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL", c.name().c_str(), r.worst);
+    if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
+  }
+  for (bool shared : {false, true}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      if (quick) break;
+      cqk::fused_check::Case c;
+      c.shared = shared;
+      c.dtype = dtype;
+      c.strided = true;
+      const auto r = cqk::fused_check::check_module_dispatch(c, shared ? 11 : 12);
+      std::printf("%s module   %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL", c.name().c_str(), r.worst);
+      if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
+    }
+  }
+  std::printf("checks: %d failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+void run_bench(const Options& o) {
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  std::printf("\n## Fused coupling benchmark, %s, %s (%d SMs), torch %s\n", date, prop.name,
+              prop.multiProcessorCount, TORCH_VERSION);
+  std::printf("batch %lld, heads %lld, head dim %lld, hidden %lld, steps %lld, causal; forward+backward, median "
+              "of %d (ms)\n\n",
+              static_cast<long long>(o.batch), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
+              static_cast<long long>(o.hidden), static_cast<long long>(o.steps), o.iters);
+  std::printf("| dtype | T | SDPA | TFLOP/s | ATen coupling + SDPA | TFLOP/s | fused coupling + SDPA | TFLOP/s | "
+              "fused / SDPA | fused vs ATen (total) | coupling ATen | coupling fused | coupling speedup | "
+              "fused fwd kernel (GB/s) | fused bwd kernel (GB/s) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const bool was_enabled = cqk::fused_coupling_enabled();
+  for (const auto& dtype_name : o.dtypes) {
+    const auto dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
+    for (int64_t T : o.times) {
+      at::manual_seed(T);
+      const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+      auto coupling = cqk::QKCoupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, o.heads, o.dim)
+                                          .hidden(o.hidden)
+                                          .steps(o.steps));
+      coupling->to(at::kCUDA);
+      coupling->train();
+      {
+        at::NoGradGuard no_grad;
+        for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * 0.2);
+      }
+      auto q = at::randn({o.batch, o.heads, T, o.dim}, opts).requires_grad_();
+      auto k = at::randn({o.batch, o.heads, T, o.dim}, opts).requires_grad_();
+      auto v = at::randn({o.batch, o.heads, T, o.dim}, opts).requires_grad_();
+      const auto grad_out = at::randn({o.batch, o.heads, T, o.dim}, opts);
+      const auto grad_k = at::randn({o.batch, o.heads, T, o.dim}, opts);
+      const auto sdpa = [&](const at::Tensor& a, const at::Tensor& b) {
+        return at::scaled_dot_product_attention(a, b, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+      };
+      const auto attention_step = [&](bool couple) {
+        return [&, couple] {
+          at::Tensor a = q, b = k;
+          if (couple) std::tie(a, b) = coupling->forward(q, k);
+          sdpa(a, b).backward(grad_out);
+        };
+      };
+      const auto coupling_step = [&] {
+        auto [a, b] = coupling->forward(q, k);
+        torch::autograd::backward({a, b}, {grad_out, grad_k});
+      };
+      const double t_sdpa = time_ms(attention_step(false), o.warmup, o.iters);
+      cqk::set_fused_coupling_enabled(false);
+      const double t_aten = time_ms(attention_step(true), o.warmup, o.iters);
+      const double t_aten_coupling = time_ms(coupling_step, o.warmup, o.iters);
+      cqk::set_fused_coupling_enabled(true);
+      const bool fused = cqk::fused_affine_coupling_applies(*coupling, q, k);
+      const double t_fused = time_ms(attention_step(true), o.warmup, o.iters);
+      const double t_fused_coupling = time_ms(coupling_step, o.warmup, o.iters);
+      cqk::set_fused_coupling_enabled(was_enabled);
+
+      // The kernels alone, and the bandwidth they reach: forward reads q, k
+      // and writes q', k'; backward reads q', k', dq', dk' and writes dq, dk.
+      double fwd_ms = 0, bwd_ms = 0;
+      if (fused) {
+        const auto options = coupling->options();
+        const auto weights = cqk::fused::affine_weights(*coupling);
+        const auto qd = q.detach(), kd = k.detach();
+        auto q_out = at::empty_like(qd), k_out = at::empty_like(kd), dq = at::empty_like(qd), dk = at::empty_like(kd);
+        std::vector<at::Tensor> weight_grads;
+        for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w));
+        fwd_ms = time_ms([&] { cqk::fused::affine_forward_out(options, weights, qd, kd, q_out, k_out); }, o.warmup,
+                         o.iters);
+        bwd_ms = time_ms(
+            [&] {
+              cqk::fused::affine_backward_out(options, weights, q_out, k_out, grad_out, grad_k, dq, dk,
+                                              weight_grads);
+            },
+            o.warmup, o.iters);
+      }
+      const double elems = static_cast<double>(o.batch * o.heads * T * o.dim);
+      const double bytes = elems * static_cast<double>(at::elementSize(dtype));
+      const double flops = 7.0 * static_cast<double>(o.batch * o.heads) * T * T * o.dim;
+      const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+      std::printf("| %s | %lld | %.3f | %.0f | %.3f | %.0f | %.3f%s | %.0f | %.2fx | %.2fx faster | %.3f | %.3f | "
+                  "%.1fx | %.3f (%.0f) | %.3f (%.0f) |\n",
+                  dtype_name.c_str(), static_cast<long long>(T), t_sdpa, tflops(t_sdpa), t_aten, tflops(t_aten),
+                  t_fused, fused ? "" : " (ATen!)", tflops(t_fused), t_fused / t_sdpa, t_aten / t_fused,
+                  t_aten_coupling, t_fused_coupling, t_aten_coupling / t_fused_coupling, fwd_ms,
+                  fused ? 4 * bytes / (fwd_ms * 1e-3) / 1e9 : 0.0, bwd_ms,
+                  fused ? 6 * bytes / (bwd_ms * 1e-3) / 1e9 : 0.0);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--check") o.check = true;
+      else if (arg == "--quick") o.quick = true;
+      else if (arg == "--bench") o.bench = true;
+      else if (arg == "--times") {
+        o.times.clear();
+        for (const auto& t : split(value())) o.times.push_back(std::stoll(t));
+      } else if (arg == "--batch") o.batch = std::stoll(value());
+      else if (arg == "--heads") o.heads = std::stoll(value());
+      else if (arg == "--dim") o.dim = std::stoll(value());
+      else if (arg == "--hidden") o.hidden = std::stoll(value());
+      else if (arg == "--steps") o.steps = std::stoll(value());
+      else if (arg == "--dtypes") o.dtypes = split(value());
+      else if (arg == "--iters") o.iters = std::stoi(value());
+      else if (arg == "--warmup") o.warmup = std::stoi(value());
+      else return usage(argv[0]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return usage(argv[0]);
+    }
+  }
+  if (!o.check && !o.bench) return usage(argv[0]);
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "cqk_kernel_bench: no CUDA device\n");
+    return 3;
+  }
+  if (!cqk::fused_coupling_built()) {
+    std::fprintf(stderr, "cqk_kernel_bench: built without CUDA kernels\n");
+    return 3;
+  }
+  int status = 0;
+  try {
+    if (o.check) status = run_checks(o.quick);
+    if (o.bench) run_bench(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cqk_kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return status;
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# cqk against PyTorch eager, and the cost of coupling, measured alternately.
+#
+#   scripts/bench_compare.sh [-r REPS] [-t THREADS] [-w WARMUP] [-s STEPS]
+#                            [-p BASE.yaml:COUPLED.yaml]... CONFIG.yaml...
+#
+# For each config: `cqk bench train --dump` writes the config, the initial
+# weights and the first batch; scripts/bench_pytorch.py --check-loss checks that
+# both compute the same loss from them; then REPS rounds (default 3) run
+# `cqk bench train` and `bench_pytorch.py` (same weights, same thread count) one
+# after the other, alternating which goes first. Prints a Markdown table:
+# tokens/s of each (median over rounds), the ratio cqk/PyTorch (median and
+# min..max over rounds) and cqk's MFU. For each -p pair (both are added to the
+# configs) the step-time ratio coupled/base of cqk (and of PyTorch), per round,
+# median and min..max. Raw JSON stays in $CQK_BENCH_OUT (default: a temp folder).
+#
+#   scripts/bench_compare.sh -t 2 -p configs/bench/tiny-vanilla.yaml:configs/bench/tiny.yaml
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+reps=3 threads=$(nproc) warmup=3 steps=10
+configs=() pairs=()
+while getopts "r:t:w:s:p:h" opt; do
+  case $opt in
+    r) reps=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    w) warmup=$OPTARG ;;
+    s) steps=$OPTARG ;;
+    p) pairs+=("$OPTARG") ;;
+    *) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+configs+=("$@")
+for pair in "${pairs[@]+"${pairs[@]}"}"; do
+  [[ $pair == *:* ]] || { echo "bench_compare: -p wants BASE:COUPLED, got '$pair'" >&2; exit 2; }
+  configs+=("${pair%%:*}" "${pair#*:}")
+done
+# Each config once, in order of appearance.
+mapfile -t configs < <(printf '%s\n' "${configs[@]+"${configs[@]}"}" | awk 'NF && !seen[$0]++')
+((${#configs[@]})) || { sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2; }
+
+cqk="$CQK_BUILD/cqk"
+python="$CQK_VENV/bin/python"
+bench_py="$CQK_ROOT/scripts/bench_pytorch.py"
+[[ -x $cqk ]] || { echo "bench_compare: $cqk not built (scripts/build.sh)" >&2; exit 1; }
+out="${CQK_BENCH_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/cqk-bench.XXXXXX")}"
+mkdir -p "$out"
+key() { basename "$1" .yaml; }
+
+echo "# bench_compare $(date -u +%Y-%m-%dT%H:%MZ) | $(lscpu | sed -n 's/^Model name: *//p' | head -1) | $(nproc) cores |" \
+     "threads $threads | torch $("$python" -c 'import torch; print(torch.__version__)') |" \
+     "$reps rounds of $warmup warm-up + $steps timed steps | load $(cut -d' ' -f1-3 /proc/loadavg) | raw: $out"
+
+for config in "${configs[@]}"; do
+  k=$(key "$config")
+  "$cqk" bench train "$config" --set train.threads="$threads" --warmup 0 --steps 1 --peak-size 256 --json \
+    --dump "$out/$k.dump" >/dev/null
+  "$python" "$bench_py" --check-loss "$out/$k.dump" --threads "$threads" >"$out/$k.check.json" || true
+done
+
+run_cqk() {
+  "$cqk" bench train "$1" --set train.threads="$threads" --warmup "$warmup" --steps "$steps" --json >"$2"
+}
+run_py() {
+  "$python" "$bench_py" --dump "$3" --threads "$threads" --warmup "$warmup" --steps "$steps" --json >"$2"
+}
+for ((r = 1; r <= reps; r++)); do
+  for config in "${configs[@]}"; do
+    k=$(key "$config")
+    if ((r % 2)); then
+      run_cqk "$config" "$out/$k.$r.cqk.json"
+      run_py "$config" "$out/$k.$r.py.json" "$out/$k.dump"
+    else
+      run_py "$config" "$out/$k.$r.py.json" "$out/$k.dump"
+      run_cqk "$config" "$out/$k.$r.cqk.json"
+    fi
+    echo "round $r/$reps $k done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+  done
+done
+
+pair_keys=()
+for pair in "${pairs[@]+"${pairs[@]}"}"; do pair_keys+=("$(key "${pair%%:*}"):$(key "${pair#*:}")"); done
+config_keys=()
+for config in "${configs[@]}"; do config_keys+=("$(key "$config")"); done
+
+"$python" - "$out" "$reps" "${#config_keys[@]}" "${config_keys[@]}" "${pair_keys[@]+"${pair_keys[@]}"}" <<'EOF'
+import json, os, statistics, sys
+
+out, reps, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+keys, pairs = sys.argv[4:4 + n], sys.argv[4 + n:]
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+def runs(k, tool):
+    return [load(os.path.join(out, f"{k}.{r}.{tool}.json")) for r in range(1, reps + 1)]
+
+def span(values, fmt):
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}..{fmt.format(max(values))})"
+
+print()
+print("| config | params | cqk tok/s | PyTorch tok/s | cqk/PyTorch (min..max) | cqk step ms (min..max) | "
+      "cqk MFU (measured peak) | loss check |diff| |")
+print("|---|---|---|---|---|---|---|---|")
+for k in keys:
+    c, p = runs(k, "cqk"), runs(k, "py")
+    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(c, p)]
+    check_path = os.path.join(out, f"{k}.check.json")
+    try:
+        check = load(check_path)
+        loss = f"{check['abs_diff']:.1e} ({'ok' if check['ok'] else 'MISMATCH'})"
+    except (OSError, ValueError, KeyError):
+        loss = "failed"
+    mfu = [a["mfu_measured"] * 100 for a in c]
+    peak = statistics.median(a["measured_peak_flops"] for a in c) / 1e9
+    print(f"| {k} | {c[0]['params'] / 1e6:.2f}M | {statistics.median(a['tokens_per_s'] for a in c):.0f} | "
+          f"{statistics.median(b['tokens_per_s'] for b in p):.0f} | {span(ratios, '{:.3f}')} | "
+          f"{span([a['step_time_s']['median'] * 1e3 for a in c], '{:.1f}')} | "
+          f"{statistics.median(mfu):.1f}% of {peak:.1f} GFLOP/s | {loss} |")
+
+if pairs:
+    print()
+    print("| base -> coupled | cqk step-time ratio coupled/base (min..max) | PyTorch ratio (min..max) |")
+    print("|---|---|---|")
+    for pair in pairs:
+        base, coupled = pair.split(":")
+        cells = []
+        for tool in ("cqk", "py"):
+            b, c = runs(base, tool), runs(coupled, tool)
+            cells.append(span([x["step_time_s"]["median"] / y["step_time_s"]["median"] for x, y in zip(c, b)],
+                              "{:.3f}"))
+        print(f"| {base} -> {coupled} | {cells[0]} | {cells[1]} |")
+EOF

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# Runs configs x seeds, one run per GPU in parallel, then `cqk stats` on the lot.
+#
+#   scripts/sweep.sh --seeds 1,2,3 --out runs/sweep configs/wikitext103/150m/diff.yaml configs/wikitext103/150m/diff-affine.yaml
+#   scripts/sweep.sh --seeds 1-6 --out runs/150m configs/wikitext103/150m      # a folder: every *.yaml directly in it
+#
+# Each (config, seed) trains in OUT/<tag>/seed<S>, where <tag> is the config's
+# folder and file name ("150m-diff-affine" for configs/wikitext103/150m/diff-affine.yaml,
+# which is also its run.name). Re-running the same command is safe:
+#   - results.json in the run folder: finished, skipped;
+#   - a checkpoint (checkpoints/step-*.ckpt): interrupted, continued with `cqk train --resume DIR`;
+#   - otherwise: `cqk train CONFIG --set run.seed=S --run-dir DIR [--set ...]`.
+# Visible GPUs (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`) each run one
+# job at a time, with CUDA_VISIBLE_DEVICES set to that GPU; without a GPU the
+# jobs run one after another. A job's output goes to DIR/sweep.log (the trainer
+# also writes DIR/train.log and DIR/metrics.jsonl). At the end `cqk stats OUT`
+# prints the table and writes OUT/stats.md and OUT/stats.csv.
+#
+# The tool is $CQK_BIN, default build/cqk (scripts/build.sh builds it).
+# Exit status: 0 when every job finished (or was already finished), 1 when some
+# failed, diverged or were interrupted (re-run the command to continue), 2 on bad usage.
+set -uo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/sweep.sh [options] CONFIG|FOLDER...
+
+  --seeds LIST       seeds, e.g. 1,2,3 or 1-6 or 1,4-6 (default: 1)
+  --out DIR          sweep folder (default: runs/sweep)
+  --set KEY=VALUE    config override for new runs (repeatable), e.g. --set train.steps=2000
+  --gpus LIST        GPU indices to use, e.g. 0,1 (default: CUDA_VISIBLE_DEVICES or all of nvidia-smi -L);
+                     "none" runs on one CPU slot
+  --compare V:B      pair for cqk stats (repeatable; default: its automatic coupled-vs-base pairs)
+  --no-stats         do not run cqk stats at the end
+  --dry-run          print what each job would do, run nothing
+  -h, --help         this text
+EOF
+}
+
+die() { echo "sweep: $*" >&2; exit 2; }
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CQK="${CQK_BIN:-${CQK_BUILD:-$ROOT/build}/cqk}"
+
+seeds_arg="1"
+out="runs/sweep"
+gpus_arg=""
+gpus_given=0
+stats=1
+dry_run=0
+overrides=()
+compares=()
+inputs=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --seeds) [[ $# -ge 2 ]] || die "--seeds needs a value"; seeds_arg="$2"; shift 2 ;;
+    --seeds=*) seeds_arg="${1#*=}"; shift ;;
+    --out) [[ $# -ge 2 ]] || die "--out needs a value"; out="$2"; shift 2 ;;
+    --out=*) out="${1#*=}"; shift ;;
+    --set) [[ $# -ge 2 ]] || die "--set needs KEY=VALUE"; overrides+=("$2"); shift 2 ;;
+    --set=*) overrides+=("${1#*=}"); shift ;;
+    --gpus) [[ $# -ge 2 ]] || die "--gpus needs a value"; gpus_arg="$2"; gpus_given=1; shift 2 ;;
+    --gpus=*) gpus_arg="${1#*=}"; gpus_given=1; shift ;;
+    --compare) [[ $# -ge 2 ]] || die "--compare needs VARIANT:BASE"; compares+=("$2"); shift 2 ;;
+    --compare=*) compares+=("${1#*=}"); shift ;;
+    --no-stats) stats=0; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; inputs+=("$@"); break ;;
+    -*) usage >&2; die "unknown option $1" ;;
+    *) inputs+=("$1"); shift ;;
+  esac
+done
+[[ ${#inputs[@]} -gt 0 ]] || { usage >&2; die "no config given"; }
+for o in "${overrides[@]}"; do
+  [[ "$o" == *=* ]] || die "--set '$o': expected KEY=VALUE"
+  [[ "$o" != run.seed=* && "$o" != run.dir=* ]] || die "--set $o: the sweep sets run.seed and the run folder itself"
+done
+
+# Seeds: "1,2,3", "1-6", "1,4-6".
+seeds=()
+IFS=',' read -r -a seed_parts <<<"$seeds_arg"
+for part in "${seed_parts[@]}"; do
+  if [[ "$part" =~ ^[0-9]+$ ]]; then
+    seeds+=("$part")
+  elif [[ "$part" =~ ^([0-9]+)-([0-9]+)$ ]] && (( BASH_REMATCH[1] <= BASH_REMATCH[2] )); then
+    for ((s = BASH_REMATCH[1]; s <= BASH_REMATCH[2]; ++s)); do seeds+=("$s"); done
+  else
+    die "--seeds '$seeds_arg': expected a list like 1,2,3 or 1-6"
+  fi
+done
+[[ ${#seeds[@]} -gt 0 ]] || die "--seeds '$seeds_arg': no seed"
+
+# Configs: files as given, folders expanded to the *.yaml directly in them (sorted;
+# not recursive, so configs/wikitext103/150m is that scale's grid without the base).
+configs=()
+for input in "${inputs[@]}"; do
+  if [[ -d "$input" ]]; then
+    mapfile -t found < <(find "$input" -maxdepth 1 -type f -name '*.yaml' | LC_ALL=C sort)
+    [[ ${#found[@]} -gt 0 ]] || die "$input: no *.yaml in this folder"
+    configs+=("${found[@]}")
+  elif [[ -f "$input" ]]; then
+    configs+=("$input")
+  else
+    die "$input: no such config file or folder"
+  fi
+done
+
+# Tag of a config: "<folder>-<file stem>"; must be unique within the sweep.
+declare -A tag_of=() config_of_tag=()
+for config in "${configs[@]}"; do
+  abs="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
+  stem="$(basename "$config")"; stem="${stem%.yaml}"; stem="${stem%.yml}"
+  tag="$(basename "$(dirname "$abs")")-$stem"
+  if [[ -n "${config_of_tag[$tag]:-}" && "${config_of_tag[$tag]}" != "$abs" ]]; then
+    die "$config and ${config_of_tag[$tag]} both map to run folder $out/$tag; rename one"
+  fi
+  config_of_tag[$tag]="$abs"
+  tag_of[$config]="$tag"
+done
+
+# Job list: one line "config<TAB>tag<TAB>seed" per run, configs outer, seeds inner; duplicates dropped.
+jobs=()
+declare -A seen=()
+for config in "${configs[@]}"; do
+  for seed in "${seeds[@]}"; do
+    key="${tag_of[$config]}/$seed"
+    [[ -z "${seen[$key]:-}" ]] || continue
+    seen[$key]=1
+    jobs+=("$config"$'\t'"${tag_of[$config]}"$'\t'"$seed")
+  done
+done
+
+# Slots: one per visible GPU, or a single CPU slot ("").
+slots=()
+if [[ $gpus_given -eq 1 ]]; then
+  [[ "$gpus_arg" == none ]] || IFS=',' read -r -a slots <<<"$gpus_arg"
+elif [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+  IFS=',' read -r -a slots <<<"$CUDA_VISIBLE_DEVICES"
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+  for ((g = 0; g < ${gpu_count:-0}; ++g)); do slots+=("$g"); done
+fi
+cpu_only=0
+if [[ ${#slots[@]} -eq 0 ]]; then
+  cpu_only=1
+  slots=("")
+fi
+
+# What a job does now: skip, resume or train (from the state of its folder).
+job_action() {  # DIR
+  if [[ -f "$1/results.json" ]]; then echo skip
+  elif compgen -G "$1/checkpoints/step-*.ckpt" >/dev/null; then echo resume
+  else echo train
+  fi
+}
+
+if [[ $dry_run -eq 1 ]]; then
+  echo "sweep: ${#jobs[@]} runs (${#configs[@]} configs x ${#seeds[@]} seeds) in $out on" \
+       "$([[ $cpu_only -eq 1 ]] && echo "the CPU, one at a time" || echo "GPUs ${slots[*]}")"
+  for job in "${jobs[@]}"; do
+    IFS=$'\t' read -r config tag seed <<<"$job"
+    dir="$out/$tag/seed$seed"
+    echo "$(job_action "$dir") $tag seed $seed: $config -> $dir"
+  done
+  exit 0
+fi
+
+[[ -x "$CQK" ]] || die "$CQK: no cqk tool (build it with scripts/build.sh, or set CQK_BIN)"
+mkdir -p "$out" || die "$out: cannot create the sweep folder"
+
+state="$(mktemp -d "${TMPDIR:-/tmp}/cqk-sweep.XXXXXX")" || die "mktemp failed"
+echo 0 >"$state/next"
+: >"$state/outcomes"
+worker_pids=()
+
+cleanup() { rm -rf "$state"; }
+on_signal() {
+  # Stop handing out jobs; running trainings get SIGTERM, checkpoint and exit (resume by re-running).
+  touch "$state/stop"
+  for f in "$state"/running.*; do
+    [[ -f "$f" ]] && kill -TERM "$(cat "$f")" 2>/dev/null
+  done
+}
+trap on_signal INT TERM
+trap cleanup EXIT
+
+log() { printf '[sweep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# Takes the next job index under a lock; prints nothing when none is left.
+next_job() {
+  (
+    flock 9
+    local i
+    i="$(cat "$state/next")"
+    echo $((i + 1)) >"$state/next"
+    echo "$i"
+  ) 9>"$state/lock"
+}
+
+worker() {  # SLOT (a GPU index, or "" for the CPU)
+  local slot="$1" i config tag seed dir action rc outcome where
+  where="$([[ -n "$slot" ]] && echo "GPU $slot" || echo CPU)"
+  while [[ ! -e "$state/stop" ]]; do
+    i="$(next_job)"
+    (( i < ${#jobs[@]} )) || break
+    IFS=$'\t' read -r config tag seed <<<"${jobs[$i]}"
+    dir="$out/$tag/seed$seed"
+    action="$(job_action "$dir")"
+    if [[ $action == skip ]]; then
+      log "skip   $tag seed $seed: finished ($dir/results.json)"
+      printf 'skipped\t%s\t%s\n' "$tag" "$seed" >>"$state/outcomes"
+      continue
+    fi
+    mkdir -p "$dir"
+    local -a command
+    if [[ $action == resume ]]; then
+      command=("$CQK" train --resume "$dir")
+    else
+      command=("$CQK" train "$config" --set "run.seed=$seed" --run-dir "$dir")
+      for o in "${overrides[@]}"; do command+=(--set "$o"); done
+    fi
+    log "$(printf '%-6s' "$action") $tag seed $seed on $where -> $dir (log: $dir/sweep.log)"
+    {
+      echo "# $(date '+%F %T') $where: ${command[*]}"
+    } >>"$dir/sweep.log"
+    if [[ -n "$slot" ]]; then
+      CUDA_VISIBLE_DEVICES="$slot" "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
+    else
+      "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
+    fi
+    local pid=$!
+    echo "$pid" >"$state/running.$BASHPID"
+    wait "$pid"
+    rc=$?
+    rm -f "$state/running.$BASHPID"
+    if [[ $rc -eq 0 && -f "$dir/results.json" ]]; then outcome=finished
+    elif [[ $rc -eq 0 ]]; then outcome=paused
+    elif [[ $rc -eq 130 || $rc -eq 143 ]]; then outcome=interrupted
+    elif [[ $rc -eq 3 ]]; then outcome=diverged
+    else outcome=failed
+    fi
+    log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log")"
+    printf '%s\t%s\t%s\n' "$outcome" "$tag" "$seed" >>"$state/outcomes"
+  done
+}
+
+log "${#jobs[@]} runs (${#configs[@]} configs x ${#seeds[@]} seeds) in $out on" \
+    "$([[ $cpu_only -eq 1 ]] && echo "the CPU, one at a time" || echo "${#slots[@]} GPU(s): ${slots[*]}")"
+for slot in "${slots[@]}"; do
+  worker "$slot" &
+  worker_pids+=($!)
+done
+# `wait` returns early when a trapped signal arrives; keep waiting for the workers to wind down.
+for pid in "${worker_pids[@]}"; do
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
+done
+
+count() { grep -c "^$1	" "$state/outcomes" || true; }
+finished=$(count finished) skipped=$(count skipped) paused=$(count paused)
+interrupted=$(count interrupted) diverged=$(count diverged) failed=$(count failed)
+not_started=$(( ${#jobs[@]} - $(wc -l <"$state/outcomes") ))
+log "done: $finished finished, $skipped already finished, $paused paused, $interrupted interrupted," \
+    "$diverged diverged, $failed failed, $not_started not started"
+
+status=0
+(( paused + interrupted + diverged + failed + not_started == 0 )) || status=1
+
+if [[ $stats -eq 1 && ! -e "$state/stop" ]]; then
+  stats_command=("$CQK" stats "$out" --markdown "$out/stats.md" --csv "$out/stats.csv")
+  for c in "${compares[@]}"; do stats_command+=(--compare "$c"); done
+  log "${stats_command[*]}"
+  "${stats_command[@]}" || { echo "sweep: cqk stats failed" >&2; status=1; }
+fi
+exit $status

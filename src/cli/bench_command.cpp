@@ -1,0 +1,52 @@
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "cqk/benchmark.h"
+#include "cqk/config_loader.h"
+
+namespace cqk::cli {
+
+void add_bench_command(CLI::App& app) {
+  struct Arguments {
+    std::string config_path;
+    std::vector<std::string> overrides;
+    BenchOptions options;
+    bool json = false;
+  };
+  auto args = std::make_shared<Arguments>();
+  auto* bench = app.add_subcommand("bench", "Measure throughput (docs/BENCHMARKS.md)");
+  bench->require_subcommand(1);
+  auto* train = bench->add_subcommand(
+      "train", "Time training steps of a config: tokens/s, step time, peak memory, FLOPs per token, MFU");
+  train->add_option("config", args->config_path, "YAML config file; omitted: the embedded configs/default.yaml");
+  train->add_option("--set", args->overrides, "Override a config key, e.g. --set train.threads=2")
+      ->type_name("KEY=VALUE");
+  train->add_option("--warmup", args->options.warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--steps", args->options.steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+  train->add_option("--peak-size", args->options.peak_size,
+                    "Side of the square matmul whose FLOP/s is the MFU reference (default 2048 CPU, 8192 CUDA)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--dump", args->options.dump_dir,
+                    "Write weights.pt, batch.pt, reference.json (loss) and config.json here before the timed steps, "
+                    "for scripts/bench_pytorch.py")
+      ->type_name("DIR");
+  train->add_flag("--json", args->json, "Print one JSON object instead of text");
+  train->callback([args] {
+    const Config config = args->config_path.empty() ? default_config(args->overrides)
+                                                    : load_config(args->config_path, args->overrides);
+    const auto result = benchmark_training(config, args->options);
+    if (args->json)
+      std::cout << to_json(result) << std::endl;
+    else
+      std::cout << describe(result) << std::flush;
+  });
+}
+
+}  // namespace cqk::cli

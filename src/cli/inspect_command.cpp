@@ -1,0 +1,133 @@
+// `cqk inspect [CONFIG] [--set k=v]...`: the resolved model of a config (its
+// shape, parameter counts by part, coupling share and FLOPs per token), or with
+// --yaml the fully resolved config, without training anything.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "cqk/config_loader.h"
+#include "cqk/model.h"
+#include "cqk/runtime.h"
+#include "cqk/token_file.h"
+
+namespace cqk::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// model.vocab_size 0 is taken from the data, as `cqk train` does.
+void resolve_vocab_size(Config& config) {
+  int64_t data_vocab = 0;
+  std::string data_source;
+  if (config.data.kind == "recall") {
+    data_vocab = config.data.recall.vocab_size;
+    data_source = "data.recall.vocab_size";
+  } else if (config.data.kind == "tokens") {
+    const auto train_file = (fs::path(config.data.dir) / "train.bin").string();
+    if (fs::exists(train_file)) {
+      data_vocab = TokenFile(train_file).vocab_size();
+      data_source = train_file;
+    } else if (config.model.vocab_size == 0) {
+      throw std::invalid_argument("model.vocab_size is 0 (take it from the data) but " + train_file +
+                                  " does not exist; set model.vocab_size or encode the data first");
+    }
+  }
+  if (config.model.vocab_size == 0) config.model.vocab_size = data_vocab;
+  if (data_vocab > 0 && config.model.vocab_size < data_vocab)
+    throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
+                                ") is smaller than the data's vocabulary (" + std::to_string(data_vocab) + ", " +
+                                data_source + ")");
+}
+
+std::string format(const char* spec, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, spec, value);
+  return text;
+}
+
+std::string millions(int64_t count) {
+  return format(count >= 1000000 ? "%.1fM" : "%.3fM", static_cast<double>(count) / 1e6);
+}
+
+std::string flops(double value) {
+  if (value >= 1e9) return format("%.2f GFLOP", value / 1e9);
+  if (value >= 1e6) return format("%.2f MFLOP", value / 1e6);
+  return format("%.2f kFLOP", value / 1e3);
+}
+
+std::string coupling_summary(const CouplingConfig& c) {
+  if (c.kind == "none") return "none";
+  std::string text = c.kind + " (";
+  if (c.kind == "dynamics")
+    text += c.integrator + ", steps " + std::to_string(c.steps) + ", dt_init " + format("%g", c.dt_init);
+  else
+    text += "hidden " + std::to_string(c.hidden) + ", steps " + std::to_string(c.steps) + ", clamp " +
+            format("%g", c.clamp);
+  if (c.shared_across_heads) text += ", shared across heads";
+  if (c.separate_pairs) text += ", separate pairs";
+  return text + ")";
+}
+
+void print_summary(const Config& config, const std::string& source) {
+  configure_threads(static_cast<int>(config.train.threads));
+  const auto& m = config.model;
+  TransformerLM model(m);  // on the CPU, fp32
+  const auto counts = model->parameter_breakdown();
+  const int64_t mlp_hidden = model->blocks[0]->as<Block>()->mlp->up->weight.size(0);
+  const int64_t kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
+
+  std::string attention = m.attention.kind;
+  if (m.attention.kind == "mta")
+    attention += " (every " + std::to_string(m.attention.mta.every) + ", kernels " +
+                 std::to_string(m.attention.mta.query_kernel) + "x" + std::to_string(m.attention.mta.key_kernel) +
+                 ", head group " + std::to_string(m.attention.mta.head_group) + ")";
+  std::cout << "config: " << source << "\n";
+  std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling)
+            << " | layers " << m.layers << " | width " << m.width << " | heads " << m.heads << " (kv " << kv_heads
+            << ") | head dim " << m.width / m.heads << " | mlp " << m.mlp << " " << mlp_hidden << " | vocab "
+            << m.vocab_size << "\n";
+  std::cout << "data: " << config.data.kind << " | seq_len " << config.data.seq_len << " | batch "
+            << config.data.batch_size << "\n";
+  std::cout << counts.describe() << "\n";
+  std::cout << "params: " << millions(counts.total()) << " (" << counts.total() << ")\n";
+  const double share = counts.total() > 0 ? 100.0 * counts.coupling / static_cast<double>(counts.total()) : 0.0;
+  std::cout << "coupling share: " << format("%.3f", share) << "% (" << counts.coupling << " parameters)\n";
+  std::cout << "flops per token: " << flops(model->flops_per_token(config.data.seq_len))
+            << " (training, forward + backward, seq_len " << config.data.seq_len << ")\n";
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  struct Arguments {
+    std::string config_path;
+    std::vector<std::string> overrides;
+    bool yaml = false;
+  };
+  auto args = std::make_shared<Arguments>();
+  auto* inspect = app.add_subcommand("inspect", "Show the model a config builds: shape, parameters, FLOPs per token");
+  inspect->add_option("config", args->config_path, "YAML config file; omitted: the embedded configs/default.yaml");
+  inspect->add_option("--set", args->overrides, "Override a config key, e.g. --set model.layers=4")
+      ->type_name("KEY=VALUE");
+  inspect->add_flag("--yaml", args->yaml, "Print the fully resolved config as YAML instead");
+  inspect->callback([args] {
+    Config config = args->config_path.empty() ? default_config(args->overrides)
+                                              : load_config(args->config_path, args->overrides);
+    resolve_vocab_size(config);
+    if (args->yaml) {
+      std::cout << to_yaml(config);
+    } else {
+      print_summary(config, args->config_path.empty() ? "<embedded default>" : args->config_path);
+    }
+    exit_status() = 0;
+  });
+}
+
+}  // namespace cqk::cli

@@ -1,0 +1,289 @@
+// Torch side of the fused affine coupling: checks, the autograd function and
+// the launches on the current CUDA stream. The kernels themselves
+// (kernels/fused_coupling.cu) see raw pointers only. Without CUDA
+// (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
+#include "cqk/fused_coupling.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "cqk/coupling.h"
+
+#ifdef CQK_WITH_CUDA
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
+
+#include "fused_coupling.h"  // kernels/: the launchers
+#endif
+
+namespace cqk {
+
+namespace {
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("CQK_FUSED_COUPLING");
+    return !(env && std::string(env) == "0");
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+bool fused_coupling_enabled() { return enabled_flag().load(); }
+void set_fused_coupling_enabled(bool enabled) { enabled_flag().store(enabled); }
+
+#ifdef CQK_WITH_CUDA
+
+namespace {
+
+namespace kn = cqk::kernels;
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("fused coupling: " + what); }
+
+kn::ElementType element_type(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return kn::ElementType::Float32;
+  if (t.scalar_type() == at::kBFloat16) return kn::ElementType::BFloat16;
+  fail(std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported (float32, bfloat16)");
+}
+
+// Strides of the batch, head and time dimensions; dimensions of size 1 get 0
+// (never multiplied by anything but 0, and then always aligned).
+kn::RowStrides row_strides(const at::Tensor& t) {
+  return {t.size(0) == 1 ? 0 : t.stride(0), t.size(1) == 1 ? 0 : t.stride(1), t.size(2) == 1 ? 0 : t.stride(2)};
+}
+
+// t itself when the kernels can read it as is, else a contiguous copy.
+at::Tensor kernel_readable(const at::Tensor& t) {
+  if ((t.size(3) == 1 || t.stride(3) == 1) &&
+      kn::fused_coupling_rows_aligned(t.data_ptr(), row_strides(t), element_type(t)))
+    return t;
+  return t.clone(at::MemoryFormat::Contiguous);
+}
+
+kn::CouplingShape shape_of(const CouplingOptions& o, const at::Tensor& q) {
+  return {q.size(0), q.size(1), q.size(2), q.size(3), o.hidden()};
+}
+
+int64_t weight_groups(const CouplingOptions& o) { return o.shared_across_heads() ? 1 : o.num_heads(); }
+
+void check_inputs(const CouplingOptions& o, const at::Tensor& q, const at::Tensor& k) {
+  if (!q.is_cuda() || !k.is_cuda() || q.device() != k.device()) fail("q and k must be CUDA tensors on one device");
+  if (q.dim() != 4 || q.sizes() != k.sizes() || q.size(1) != o.num_heads() || q.size(3) != o.head_dim())
+    fail("q and k must both be [batch, " + std::to_string(o.num_heads()) + ", time, " +
+         std::to_string(o.head_dim()) + "], got " + c10::str(q.sizes()) + " and " + c10::str(k.sizes()));
+  if (q.scalar_type() != k.scalar_type()) fail("q and k must have one dtype");
+  element_type(q);
+}
+
+void check_dense_like(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  if (!t.defined() || t.sizes() != like.sizes() || t.scalar_type() != like.scalar_type() ||
+      t.device() != like.device() || !t.is_contiguous())
+    fail(std::string(name) + " must be a contiguous tensor of q's shape, dtype and device");
+}
+
+// Checks the weights against the options and collects their pointers.
+kn::AffineCouplingParams make_params(const CouplingOptions& o, const std::vector<at::Tensor>& weights,
+                                     const at::Device& device) {
+  const int64_t steps = o.steps(), g = weight_groups(o), d = o.head_dim(), r = o.hidden();
+  if (steps < 1 || steps > kn::AffineCouplingParams::kMaxSteps)
+    fail("steps must be 1.." + std::to_string(kn::AffineCouplingParams::kMaxSteps));
+  if (static_cast<int64_t>(weights.size()) != 4 * steps)
+    fail("expected " + std::to_string(4 * steps) + " weight tensors, got " + std::to_string(weights.size()));
+  const std::vector<int64_t> shapes[4] = {{g, r, d}, {g, r}, {g, 2 * d, r}, {g, 2 * d}};
+  kn::AffineCouplingParams p;
+  for (int64_t i = 0; i < steps; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      const at::Tensor& w = weights[4 * i + j];
+      if (!w.defined() || w.scalar_type() != at::kFloat || !w.is_contiguous() || w.device() != device ||
+          w.sizes() != at::IntArrayRef(shapes[j]))
+        fail("weight " + std::to_string(j) + " of step " + std::to_string(i) + " must be contiguous float32 " +
+             c10::str(at::IntArrayRef(shapes[j])) + " on " + device.str());
+    }
+    p.w1[i] = weights[4 * i].data_ptr<float>();
+    p.b1[i] = weights[4 * i + 1].data_ptr<float>();
+    p.w2[i] = weights[4 * i + 2].data_ptr<float>();
+    p.b2[i] = weights[4 * i + 3].data_ptr<float>();
+  }
+  p.num_steps = static_cast<int>(steps);
+  p.shared_across_heads = o.shared_across_heads();
+  p.clamp = static_cast<float>(o.clamp());
+  return p;
+}
+
+void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+// Saves only the outputs (and the weights, which are parameters anyway); the
+// backward kernel rebuilds the inputs from the outputs.
+struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCoupling> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                                                const at::Tensor& k, at::TensorList weights,
+                                                CouplingOptions options) {
+    const std::vector<at::Tensor> w(weights.begin(), weights.end());
+    auto q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+    auto k_out = at::empty(k.sizes(), k.options().memory_format(at::MemoryFormat::Contiguous));
+    fused::affine_forward_out(options, w, q, k, q_out, k_out);
+    std::vector<at::Tensor> saved{q_out, k_out};
+    saved.insert(saved.end(), w.begin(), w.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["heads"] = options.num_heads();
+    ctx->saved_data["head_dim"] = options.head_dim();
+    ctx->saved_data["hidden"] = options.hidden();
+    ctx->saved_data["steps"] = options.steps();
+    ctx->saved_data["clamp"] = options.clamp();
+    ctx->saved_data["shared"] = options.shared_across_heads();
+    return {q_out, k_out};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto options = CouplingOptions(CouplingKind::Affine, ctx->saved_data["heads"].toInt(),
+                                         ctx->saved_data["head_dim"].toInt())
+                             .hidden(ctx->saved_data["hidden"].toInt())
+                             .steps(ctx->saved_data["steps"].toInt())
+                             .clamp(ctx->saved_data["clamp"].toDouble())
+                             .shared_across_heads(ctx->saved_data["shared"].toBool());
+    const at::Tensor& q_out = saved[0];
+    const at::Tensor& k_out = saved[1];
+    const std::vector<at::Tensor> weights(saved.begin() + 2, saved.end());
+    const auto grad_q = grads[0].defined() ? grads[0] : at::zeros_like(q_out);
+    const auto grad_k = grads[1].defined() ? grads[1] : at::zeros_like(k_out);
+    auto dq = at::empty_like(q_out, at::MemoryFormat::Contiguous);
+    auto dk = at::empty_like(k_out, at::MemoryFormat::Contiguous);
+    std::vector<at::Tensor> weight_grads;
+    for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w, at::MemoryFormat::Contiguous));
+    fused::affine_backward_out(options, weights, q_out, k_out, grad_q, grad_k, dq, dk, weight_grads);
+    torch::autograd::variable_list result{dq, dk};
+    result.insert(result.end(), weight_grads.begin(), weight_grads.end());
+    result.emplace_back();  // options
+    return result;
+  }
+};
+
+}  // namespace
+
+bool fused_coupling_built() { return true; }
+
+namespace fused {
+
+std::vector<at::Tensor> affine_weights(const QKCouplingImpl& coupling) {
+  const auto named = coupling.named_parameters();
+  std::vector<at::Tensor> weights;
+  for (int64_t i = 0; i < coupling.options().steps(); ++i) {
+    for (const char* name : {"w1", "b1", "w2", "b2"}) {
+      const std::string key = "conditioner" + std::to_string(i) + "." + name;
+      const at::Tensor* w = named.find(key);
+      if (!w) fail("the coupling has no parameter " + key);
+      weights.push_back(*w);
+    }
+  }
+  return weights;
+}
+
+void affine_forward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights, const at::Tensor& q,
+                        const at::Tensor& k, const at::Tensor& q_out, const at::Tensor& k_out, bool inverse) {
+  check_inputs(options, q, k);
+  check_dense_like(q_out, q, "q_out");
+  check_dense_like(k_out, q, "k_out");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const auto params = make_params(options, weights, q.device());
+  const auto qr = kernel_readable(q), kr = kernel_readable(k);
+  const auto launch = inverse ? kn::affine_coupling_inverse_cuda : kn::affine_coupling_forward_cuda;
+  launch(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr), q_out.data_ptr(),
+         k_out.data_ptr(), shape_of(options, q), params, current_stream(q));
+}
+
+void affine_backward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
+                         const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& grad_q,
+                         const at::Tensor& grad_k, const at::Tensor& dq, const at::Tensor& dk,
+                         const std::vector<at::Tensor>& weight_grads) {
+  check_inputs(options, q_out, k_out);
+  check_dense_like(k_out, q_out, "k_out");
+  check_dense_like(q_out, q_out, "q_out");
+  check_inputs(options, grad_q, grad_k);
+  if (grad_q.scalar_type() != q_out.scalar_type() || grad_q.device() != q_out.device())
+    fail("the gradients must have the outputs' dtype and device");
+  check_dense_like(dq, q_out, "dq");
+  check_dense_like(dk, q_out, "dk");
+  const c10::cuda::CUDAGuard guard(q_out.device());
+  const auto params = make_params(options, weights, q_out.device());
+  kn::AffineCouplingGrads g{};
+  if (weight_grads.size() != weights.size()) fail("one weight gradient per weight expected");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto& wg = weight_grads[i];
+    if (!wg.defined() || wg.scalar_type() != at::kFloat || !wg.is_contiguous() ||
+        wg.sizes() != weights[i].sizes() || wg.device() != q_out.device())
+      fail("weight gradients must be contiguous float32 tensors shaped like the weights");
+  }
+  for (int64_t i = 0; i < options.steps(); ++i) {
+    g.w1[i] = weight_grads[4 * i].data_ptr<float>();
+    g.b1[i] = weight_grads[4 * i + 1].data_ptr<float>();
+    g.w2[i] = weight_grads[4 * i + 2].data_ptr<float>();
+    g.b2[i] = weight_grads[4 * i + 3].data_ptr<float>();
+  }
+  const auto gq = kernel_readable(grad_q), gk = kernel_readable(grad_k);
+  kn::affine_coupling_backward_cuda(element_type(q_out), q_out.data_ptr(), k_out.data_ptr(), gq.data_ptr(),
+                                    row_strides(gq), gk.data_ptr(), row_strides(gk), dq.data_ptr(), dk.data_ptr(),
+                                    shape_of(options, q_out), params, g, current_stream(q_out));
+}
+
+}  // namespace fused
+
+bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k) {
+  const auto& o = coupling.options();
+  if (!fused_coupling_enabled() || o.kind() != CouplingKind::Affine) return false;
+  if (!q.defined() || !k.defined() || !q.is_cuda() || !k.is_cuda() || q.device() != k.device()) return false;
+  if (q.scalar_type() != k.scalar_type() || (q.scalar_type() != at::kFloat && q.scalar_type() != at::kBFloat16))
+    return false;
+  if (q.dim() != 4 || q.sizes() != k.sizes()) return false;
+  {
+    const c10::cuda::CUDAGuard guard(q.device());
+    if (!kn::fused_coupling_supported(o.head_dim(), o.hidden(), o.steps())) return false;
+  }
+  for (const auto& p : coupling.parameters())
+    if (p.scalar_type() != at::kFloat || p.device() != q.device()) return false;
+  return true;
+}
+
+std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
+                                                        const at::Tensor& k) {
+  const auto weights = fused::affine_weights(coupling);
+  auto out = FusedAffineCoupling::apply(q, k, at::TensorList(weights), coupling.options());
+  return {out[0], out[1]};
+}
+
+#else  // !CQK_WITH_CUDA
+
+namespace {
+[[noreturn]] void not_built() {
+  throw std::logic_error("cqk was built without CUDA: the fused coupling kernels are not available");
+}
+}  // namespace
+
+bool fused_coupling_built() { return false; }
+bool fused_affine_coupling_applies(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) { return false; }
+std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) {
+  not_built();
+}
+
+namespace fused {
+std::vector<at::Tensor> affine_weights(const QKCouplingImpl&) { not_built(); }
+void affine_forward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,
+                        const at::Tensor&, const at::Tensor&, bool) {
+  not_built();
+}
+void affine_backward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const std::vector<at::Tensor>&) {
+  not_built();
+}
+}  // namespace fused
+
+#endif  // CQK_WITH_CUDA
+
+}  // namespace cqk

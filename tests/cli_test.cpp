@@ -1,0 +1,252 @@
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "cqk/sampling.h"
+#include "temp_dir.h"
+
+// The `cqk` tool end to end (train, eval, generate, inspect, error reporting)
+// on one tiny recall run trained once for the suite, and the sampler behind
+// `cqk generate`.
+namespace {
+
+struct ToolResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `cqk <args>` with stdout and stderr kept apart.
+ToolResult run_tool(const std::string& args, const std::string& scratch) {
+  const std::string err_path = scratch + "/stderr.txt";
+  const std::string command = std::string(CQK_TOOL) + " " + args + " 2>'" + err_path + "'";
+  ToolResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = read_file(err_path);
+  return result;
+}
+
+// A failing command reports exactly one line "cqk: error: ..." on stderr.
+void expect_one_error_line(const ToolResult& r, const std::string& must_contain) {
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("cqk: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(must_contain), std::string::npos) << "expected '" << must_contain << "' in: " << r.err;
+}
+
+double number_after(const std::string& text, const std::string& label) {
+  std::smatch match;
+  const std::regex pattern(label + " ([0-9.eE+-]+)");
+  if (!std::regex_search(text, match, pattern)) throw std::runtime_error("no '" + label + "' in: " + text);
+  return std::stod(match[1]);
+}
+
+// Trains the tiny recall run (6 steps, checkpoints at 3 and 6) in `dir`/run.
+std::string train_tiny_run(const cqk::testing::TempDir& dir) {
+  const std::string run = dir / "run";
+  const auto r = run_tool(
+      "train --set train.steps=6 --set model.width=32 --set model.layers=1 --set data.seq_len=16"
+      " --set data.batch_size=4 --set data.recall.pairs=2 --set data.recall.vocab_size=32"
+      " --set data.recall.train_examples=100 --set data.recall.eval_examples=16 --set train.eval_every=3"
+      " --set train.log_every=3 --set train.checkpoint_every=3 --set train.device=cpu --set run.dir=" +
+          run,
+      dir.path());
+  if (r.exit_code != 0) throw std::runtime_error("cqk train failed: " + r.out + r.err);
+  return run;
+}
+
+// One test for everything that needs a trained run, so that it trains once
+// (ctest runs every test in a process of its own).
+TEST(CliTool, EvalAndGenerateOnATrainedRun) {
+  cqk::testing::TempDir dir("cqk-cli");
+  const std::string run = train_tiny_run(dir);
+  const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };
+  const auto results = nlohmann::json::parse(read_file(run + "/results.json"));
+
+  // eval over the whole split reproduces the final evaluation of training.
+  const double valid_ppl = results["valid_ppl"].get<double>();
+  const auto text = tool("eval " + run);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NEAR(number_after(text.out, "ppl"), valid_ppl, 1e-6 * valid_ppl) << text.out;
+  EXPECT_NEAR(number_after(text.out, "loss"), results["valid"]["loss"].get<double>(), 1e-6) << text.out;
+  EXPECT_NE(text.out.find("step-000000006.ckpt"), std::string::npos) << text.out;
+
+  const auto test = tool("eval " + run + " --split test --json");
+  ASSERT_EQ(test.exit_code, 0) << test.err;
+  const auto test_line = nlohmann::json::parse(test.out);
+  const double test_ppl = results["test_ppl"].get<double>();
+  EXPECT_NEAR(test_line["ppl"].get<double>(), test_ppl, 1e-6 * test_ppl);
+  EXPECT_NEAR(test_line["loss"].get<double>(), results["test"]["loss"].get<double>(), 1e-6);
+  EXPECT_EQ(test_line["tokens"].get<int64_t>(), results["test"]["tokens"].get<int64_t>());
+  EXPECT_EQ(test_line["step"].get<int64_t>(), 6);
+  EXPECT_EQ(test_line["split"].get<std::string>(), "test");
+
+  // A checkpoint file instead of the run directory, and a batch limit.
+  const auto older = tool("eval " + run + "/checkpoints/step-000000003.ckpt --batches 1 --json");
+  ASSERT_EQ(older.exit_code, 0) << older.err;
+  const auto older_line = nlohmann::json::parse(older.out);
+  EXPECT_EQ(older_line["step"].get<int64_t>(), 3);
+  EXPECT_LT(older_line["tokens"].get<int64_t>(), results["valid"]["tokens"].get<int64_t>());
+  EXPECT_GT(older_line["ppl"].get<double>(), 1.0);
+  expect_one_error_line(tool("eval " + dir / "missing"), "no such run directory or checkpoint");
+
+  // Greedy generation: five ids of the vocabulary, the same every time.
+  const std::string greedy = "generate " + run + " --prompt '1 2 3' --tokens 5 --temperature 0";
+  const auto first = tool(greedy), second = tool(greedy);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(first.out, second.out);
+  std::istringstream ids(first.out);
+  int count = 0;
+  for (int64_t id; ids >> id; ++count) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 32);
+  }
+  EXPECT_EQ(count, 5) << first.out;
+  // Sampling with a seed repeats too.
+  const std::string sampled = "generate " + run + " --prompt 4,5 --tokens 5 --top-k 4 --seed 7";
+  const auto sample = tool(sampled);
+  ASSERT_EQ(sample.exit_code, 0) << sample.err;
+  EXPECT_EQ(sample.out, tool(sampled).out);
+  expect_one_error_line(tool("generate " + run + " --prompt '1 99'"), "outside the vocabulary");
+
+  // inspect on the run's resolved config counts the parameters training recorded.
+  const auto inspect = tool("inspect " + run + "/config.yaml");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("(" + std::to_string(results["params"].get<int64_t>()) + ")\n"), std::string::npos)
+      << inspect.out;
+}
+
+TEST(CliTool, InspectPrintsTheModel) {
+  cqk::testing::TempDir dir("cqk-cli");
+  const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };
+  const auto by_default = tool("inspect");
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.err;
+  for (const char* line : {"attention vanilla", "coupling affine", "parameters: ", "coupling share: ",
+                           "flops per token: "})
+    EXPECT_NE(by_default.out.find(line), std::string::npos) << line << " missing in:\n" << by_default.out;
+  EXPECT_TRUE(std::regex_search(by_default.out, std::regex("\nparams: [0-9.]+M \\([0-9]+\\)\n")))
+      << by_default.out;
+
+  const auto tiny = tool("inspect " + std::string(CQK_SOURCE_DIR) + "/configs/tiny/recall-diff-affine.yaml" +
+                         " --set model.layers=1");
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.err;
+  EXPECT_NE(tiny.out.find("attention diff"), std::string::npos) << tiny.out;
+  EXPECT_NE(tiny.out.find("layers 1 "), std::string::npos) << tiny.out;
+  EXPECT_NE(tiny.out.find("\nparams: "), std::string::npos) << tiny.out;
+
+  // --yaml: the resolved config, model.vocab_size taken from data.recall.
+  const auto yaml = tool("inspect --yaml --set model.layers=3 --set data.recall.vocab_size=64");
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
+  EXPECT_NE(yaml.out.find("  layers: 3\n"), std::string::npos) << yaml.out;
+  EXPECT_NE(yaml.out.find("  vocab_size: 64\n"), std::string::npos) << yaml.out;
+  EXPECT_EQ(yaml.out.find("vocab_size: 0"), std::string::npos) << yaml.out;
+}
+
+TEST(CliTool, BadInputGivesOneErrorLine) {
+  cqk::testing::TempDir dir("cqk-cli");
+  const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };
+  const auto bad_set = tool("inspect --set model.widht=64");
+  expect_one_error_line(bad_set, "model.widht");
+  EXPECT_NE(bad_set.err.find("did you mean"), std::string::npos) << bad_set.err;
+
+  const std::string file = dir / "bad.yaml";
+  std::ofstream(file) << "model:\n  layers: 1\n  widht: 64\n";
+  const auto bad_file = tool("inspect " + file);
+  expect_one_error_line(bad_file, "model.widht");
+  EXPECT_NE(bad_file.err.find("did you mean"), std::string::npos) << bad_file.err;
+
+  expect_one_error_line(tool("train --set train.lr=abc --set run.dir=" + dir / "never"), "train.lr");
+  expect_one_error_line(tool("train --resume " + dir.path()), "not a run directory");
+}
+
+// --- sample_next ------------------------------------------------------------
+
+at::Tensor random_logits(int64_t rows, int64_t vocab, uint64_t seed) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({rows, vocab}, generator, at::kFloat);
+}
+
+TEST(SampleNext, TemperatureZeroIsArgmax) {
+  const auto logits = random_logits(16, 50, 1);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  const auto ids = cqk::sample_next(logits, {0.0, 0}, generator);
+  EXPECT_EQ(ids.sizes(), (at::IntArrayRef{16}));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ids, logits.argmax(-1)));
+  // One row of logits gives a 0-d id.
+  EXPECT_EQ(cqk::sample_next(logits[3], {0.0, 0}, generator).item<int64_t>(), logits[3].argmax().item<int64_t>());
+}
+
+TEST(SampleNext, TopKOneIsArgmax) {
+  const auto logits = random_logits(16, 50, 2);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  EXPECT_TRUE(at::equal(cqk::sample_next(logits, {1.0, 1}, generator), logits.argmax(-1)));
+  EXPECT_TRUE(at::equal(cqk::sample_next(logits, {5.0, 1}, generator), logits.argmax(-1)));
+}
+
+TEST(SampleNext, SamplesOnlyFromTheTopK) {
+  const int64_t k = 5;
+  const auto row = random_logits(1, 40, 3);
+  const auto logits = row.expand({4000, 40}).contiguous();
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(11);
+  const auto ids = cqk::sample_next(logits, {2.0, k}, generator);
+  const auto top = std::get<1>(row[0].topk(k));
+  const auto in_top = (ids.unsqueeze(1) == top.unsqueeze(0)).any(1);
+  EXPECT_TRUE(in_top.all().item<bool>());
+  // At a high temperature every one of the k tokens turns up.
+  EXPECT_EQ(std::get<0>(at::_unique(ids)).numel(), k);
+}
+
+TEST(SampleNext, FollowsTheSoftmaxAtTheTemperature) {
+  // Two tokens with logits 0 and log(3): probabilities 1/4 and 3/4 at T=1, 1/(1+sqrt 3) at T=2.
+  const auto logits = at::tensor({0.0f, std::log(3.0f)}).expand({20000, 2}).contiguous();
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  const double p1 = cqk::sample_next(logits, {1.0, 0}, generator).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(p1, 0.75, 0.02);
+  const double p2 = cqk::sample_next(logits, {2.0, 0}, generator).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(p2, std::sqrt(3.0) / (1.0 + std::sqrt(3.0)), 0.02);
+}
+
+TEST(SampleNext, SameSeedSameSamples) {
+  const auto logits = random_logits(256, 30, 4);
+  const cqk::SamplingOptions options{0.8, 10};
+  auto a = at::make_generator<at::CPUGeneratorImpl>(42), b = at::make_generator<at::CPUGeneratorImpl>(42),
+       c = at::make_generator<at::CPUGeneratorImpl>(43);
+  const auto first = cqk::sample_next(logits, options, a);
+  EXPECT_TRUE(at::equal(first, cqk::sample_next(logits, options, b)));
+  EXPECT_FALSE(at::equal(first, cqk::sample_next(logits, options, c)));
+}
+
+TEST(SampleNext, RejectsBadOptions) {
+  const auto logits = random_logits(2, 8, 5);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  EXPECT_THROW(cqk::sample_next(logits, {-1.0, 0}, generator), std::invalid_argument);
+  EXPECT_THROW(cqk::sample_next(logits, {1.0, -2}, generator), std::invalid_argument);
+  EXPECT_THROW(cqk::sample_next(at::empty({2, 0}), {1.0, 0}, generator), std::invalid_argument);
+}
+
+}  // namespace

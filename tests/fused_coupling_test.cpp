@@ -1,0 +1,94 @@
+// GPU tests of the fused affine coupling (kernels/fused_coupling.cu) against the
+// ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs them on
+// a GPU machine. The checks themselves live in kernels/tools/fused_check.h,
+// shared with `cqk_kernel_bench --check` (gpu_check.sh's fallback when the full
+// build cannot be configured there).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include "cqk/coupling.h"
+#include "cqk/fused_coupling.h"
+#include "tools/fused_check.h"
+
+namespace {
+
+using cqk::fused_check::Case;
+
+#define CQK_REQUIRE_GPU()                                                                             \
+  do {                                                                                                \
+    if (!torch::cuda::is_available())                                                                 \
+      GTEST_SKIP() << "no CUDA device: fused kernel tests need a GPU (scripts/gpu_check.sh)";         \
+    if (!cqk::fused_coupling_built())                                                                 \
+      GTEST_SKIP() << "cqk was built without CUDA (CQK_WITH_CUDA off): no fused kernels to test";     \
+  } while (0)
+
+TEST(FusedCoupling, KernelsMatchTheAtenPathOnFreshRandomInputs) {
+  CQK_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const Case& c : cqk::fused_check::standard_cases()) {
+    const auto result = cqk::fused_check::check_kernels(c, seed++);
+    EXPECT_TRUE(result.ok) << c.name() << "\n" << result.report;
+  }
+}
+
+TEST(FusedCoupling, FreshInputsGiveTheSameAgreementAgain) {
+  // A second draw: an error that moves between draws (a race, an unwritten
+  // element that happened to hold the right value) shows up here.
+  CQK_REQUIRE_GPU();
+  Case c;
+  c.time = 513;
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    c.dtype = dtype;
+    for (uint64_t seed : {7u, 8u, 9u}) {
+      const auto result = cqk::fused_check::check_kernels(c, seed);
+      EXPECT_TRUE(result.ok) << c.name() << " seed " << seed << "\n" << result.report;
+    }
+  }
+}
+
+TEST(FusedCoupling, ModuleForwardDispatchesToTheFusedPathAndMatchesAten) {
+  CQK_REQUIRE_GPU();
+  for (bool shared : {false, true}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      Case c;
+      c.shared = shared;
+      c.dtype = dtype;
+      c.strided = true;  // the layout the attention module passes (heads split from [b, t, h*d])
+      const auto result = cqk::fused_check::check_module_dispatch(c, shared ? 11 : 12);
+      EXPECT_TRUE(result.ok) << c.name() << "\n" << result.report;
+    }
+  }
+}
+
+TEST(FusedCoupling, UnsupportedShapesFallBackToAten) {
+  CQK_REQUIRE_GPU();
+  // head_dim 32 is not compiled: the module must take the ATen path, not fail.
+  cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 32).hidden(8));
+  coupling->to(at::kCUDA);
+  const auto q = at::randn({1, 2, 5, 32}, at::kCUDA), k = at::randn({1, 2, 5, 32}, at::kCUDA);
+  EXPECT_FALSE(cqk::fused_affine_coupling_applies(*coupling, q, k));
+  const auto [q_out, k_out] = coupling->forward(q, k);
+  EXPECT_TRUE(at::equal(q_out, q)) << "identity at init";
+  // Half precision is not compiled either.
+  cqk::QKCoupling coupling64(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
+  coupling64->to(at::kCUDA);
+  const auto h = at::randn({1, 2, 5, 64}, at::kCUDA).to(at::kHalf);
+  EXPECT_FALSE(cqk::fused_affine_coupling_applies(*coupling64, h, h));
+  EXPECT_NO_THROW(coupling64->forward(h, h));
+}
+
+TEST(FusedCoupling, IdentityAtInitIsExactInFloat32) {
+  CQK_REQUIRE_GPU();
+  // W2 = b2 = 0: s = t = 0, so y * exp(0) + 0 must give back every bit.
+  cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, 3, 64));
+  coupling->to(at::kCUDA);
+  const auto q = at::randn({2, 3, 17, 64}, at::kCUDA), k = at::randn({2, 3, 17, 64}, at::kCUDA);
+  ASSERT_TRUE(cqk::fused_affine_coupling_applies(*coupling, q, k));
+  const auto [q_out, k_out] = coupling->forward(q, k);
+  EXPECT_TRUE(at::equal(q_out, q));
+  EXPECT_TRUE(at::equal(k_out, k));
+}
+
+}  // namespace

@@ -1,0 +1,307 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <dirent.h>
+#include <torch/serialize.h>
+#include <torch/serialize/input-archive.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cqk/checkpoint.h"
+#include "cqk/config_loader.h"
+#include "cqk/model.h"
+#include "cqk/trainer.h"
+#include "temp_dir.h"
+
+// cqk::train end to end on a tiny recall model (a second or two per run on one
+// thread): exact resume, the run folder, refusing to clobber a run, divergence.
+namespace {
+
+using cqk::testing::TempDir;
+
+cqk::Config tiny_run_config(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides = {
+      "model.width=32",           "model.layers=2",         "model.heads=4",
+      "data.seq_len=16",          "data.batch_size=4",      "data.recall.vocab_size=32",
+      "data.recall.pairs=2",      "data.recall.train_examples=200", "data.recall.eval_examples=16",
+      "train.steps=12",           "train.warmup_steps=2",   "train.eval_every=4",
+      "train.eval_batches=2",     "train.log_every=2",      "train.checkpoint_every=2",
+      "train.keep_checkpoints=2", "train.threads=1",        "train.device=cpu",
+      "run.name=tiny"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return cqk::default_config(overrides);
+}
+
+cqk::TrainOptions in_dir(const TempDir& dir, int64_t max_steps = 0, bool resume = false) {
+  cqk::TrainOptions options;
+  options.run_dir = dir.path();
+  options.max_steps = max_steps;
+  options.resume = resume;
+  return options;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> folder_entries(const std::string& folder) {
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(folder.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(dir);
+  }
+  return names;
+}
+
+std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
+  const auto bytes = read_file(path);
+  const auto value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  std::map<std::string, at::Tensor> result;
+  for (const auto& entry : value.toGenericDict()) result[entry.key().toStringRef()] = entry.value().toTensor();
+  return result;
+}
+
+void expect_bitwise_equal(const std::map<std::string, at::Tensor>& expected,
+                          const std::map<std::string, at::Tensor>& actual, const std::string& label) {
+  ASSERT_FALSE(expected.empty()) << label;
+  ASSERT_EQ(actual.size(), expected.size()) << label;
+  for (const auto& [name, tensor] : expected) {
+    ASSERT_TRUE(actual.count(name)) << label << ": " << name;
+    EXPECT_TRUE(at::equal(actual.at(name), tensor)) << label << ": " << name;
+  }
+}
+
+// The message of the std::runtime_error that `fn` throws ("" and a failure if none).
+template <typename Fn>
+std::string runtime_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no std::runtime_error thrown";
+  return "";
+}
+
+// The CPU RNG state stored in a checkpoint file (after the 24-byte header).
+at::Tensor stored_rng_state(const std::string& checkpoint) {
+  const auto file = read_file(checkpoint);
+  std::istringstream payload(file.substr(8 + 2 * sizeof(uint64_t)));
+  torch::serialize::InputArchive archive;
+  archive.load_from(payload);
+  at::Tensor rng;
+  archive.read("rng_cpu", rng);
+  return rng;
+}
+
+// The model of a checkpoint file, read with torch's archive only.
+void load_model(const std::string& checkpoint, cqk::TransformerLM& model) {
+  const auto file = read_file(checkpoint);
+  std::istringstream payload(file.substr(8 + 2 * sizeof(uint64_t)));
+  torch::serialize::InputArchive archive, model_archive;
+  archive.load_from(payload);
+  archive.read("model", model_archive);
+  model->load(model_archive);
+}
+
+// A run paused twice and resumed ends bitwise where an uninterrupted run does.
+void check_exact_resume(const std::string& attention) {
+  const auto config = tiny_run_config({"model.attention.kind=" + attention, "model.attention.coupling.kind=affine"});
+  TempDir straight("cqk-train-a"), paused("cqk-train-b");
+  const auto a = cqk::train(config, in_dir(straight));
+  ASSERT_EQ(a.outcome, cqk::TrainOutcome::Finished);
+  EXPECT_EQ(a.step, 12);
+
+  auto b = cqk::train(config, in_dir(paused, 5));
+  ASSERT_EQ(b.outcome, cqk::TrainOutcome::Paused);
+  EXPECT_EQ(b.step, 5);
+  EXPECT_EQ(cqk::list_checkpoints(paused.path()).back(), cqk::checkpoint_path(paused.path(), 5));
+  b = cqk::train(config, in_dir(paused, 4, true));
+  ASSERT_EQ(b.outcome, cqk::TrainOutcome::Paused);
+  EXPECT_EQ(b.step, 9);
+  b = cqk::train(config, in_dir(paused, 0, true));
+  ASSERT_EQ(b.outcome, cqk::TrainOutcome::Finished);
+  EXPECT_EQ(b.step, 12);
+
+  expect_bitwise_equal(load_state_dict(straight / "model.pt"), load_state_dict(paused / "model.pt"), attention);
+  EXPECT_EQ(a.valid.loss, b.valid.loss) << attention;
+  EXPECT_EQ(a.test.loss, b.test.loss) << attention;
+  // The training metrics of the steps logged by both runs agree too.
+  std::map<int64_t, double> losses;
+  for (const auto* dir : {&straight, &paused}) {
+    std::istringstream lines(read_file(*dir / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      const auto [it, inserted] = losses.emplace(j["step"].get<int64_t>(), j["loss"].get<double>());
+      if (!inserted) EXPECT_EQ(it->second, j["loss"].get<double>()) << attention << " step " << it->first;
+    }
+  }
+  EXPECT_EQ(losses.size(), 6u) << attention;  // steps 2, 4, ..., 12
+  // The final checkpoints agree as well, down to the RNG state they would restore.
+  const auto last_a = cqk::list_checkpoints(straight.path()).back();
+  const auto last_b = cqk::list_checkpoints(paused.path()).back();
+  EXPECT_EQ(last_b, cqk::checkpoint_path(paused.path(), 12));
+  EXPECT_TRUE(at::equal(stored_rng_state(last_a), stored_rng_state(last_b))) << attention;
+}
+
+TEST(Trainer, ResumeIsExactForAffineOnVanillaAttention) { check_exact_resume("vanilla"); }
+
+TEST(Trainer, ResumeIsExactForAffineOnDifferentialAttention) { check_exact_resume("diff"); }
+
+TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config();
+  const auto summary = cqk::train(config, in_dir(dir));
+  ASSERT_EQ(summary.outcome, cqk::TrainOutcome::Finished);
+  EXPECT_EQ(summary.run_dir, dir.path());
+  EXPECT_EQ(summary.step, 12);
+  EXPECT_GT(summary.valid.tokens, 0);
+  EXPECT_TRUE(std::isfinite(summary.valid.perplexity));
+  EXPECT_NEAR(summary.valid.perplexity, std::exp(summary.valid.loss), 1e-9 * summary.valid.perplexity);
+
+  // config.yaml: the resolved config (vocab size filled in from the data).
+  const auto stored = cqk::load_run_config(dir.path());
+  auto resolved = config;
+  resolved.model.vocab_size = 32;
+  EXPECT_EQ(cqk::config_hash(stored), cqk::config_hash(resolved));
+  EXPECT_EQ(stored.model.width, 32);
+  EXPECT_EQ(stored.train.steps, 12);
+
+  // metrics.jsonl: one JSON object a line; training lines and evaluation lines.
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  int training_lines = 0, valid_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    ASSERT_TRUE(j.is_object()) << line;
+    ASSERT_TRUE(j.contains("step")) << line;
+    if (j.contains("valid_ppl")) {
+      ++valid_lines;
+      EXPECT_TRUE(std::isfinite(j["valid_ppl"].get<double>())) << line;
+      EXPECT_GE(j["valid_ppl"].get<double>(), 1.0) << line;
+      continue;
+    }
+    ++training_lines;
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu"}) {
+      ASSERT_TRUE(j.contains(key)) << key << " missing: " << line;
+      EXPECT_TRUE(j[key].is_number()) << key << ": " << line;
+      EXPECT_TRUE(std::isfinite(j[key].get<double>())) << key << ": " << line;
+    }
+    EXPECT_EQ(j["step"].get<int64_t>() % 2, 0) << line;  // log_every 2
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0) << line;
+    EXPECT_GT(j["lr"].get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(training_lines, 6);
+  EXPECT_EQ(valid_lines, 2);  // steps 4 and 8 (the final evaluation goes to results.json)
+
+  // results.json
+  const auto results = nlohmann::json::parse(read_file(dir / "results.json"));
+  EXPECT_EQ(results["name"], "tiny");
+  EXPECT_EQ(results["seed"], config.run.seed);
+  EXPECT_EQ(results["steps"], 12);
+  EXPECT_DOUBLE_EQ(results["valid_ppl"].get<double>(), summary.valid.perplexity);
+  EXPECT_DOUBLE_EQ(results["test_ppl"].get<double>(), summary.test.perplexity);
+  EXPECT_GT(results["params"].get<int64_t>(), results["coupling_params"].get<int64_t>());
+  EXPECT_GT(results["coupling_params"].get<int64_t>(), 0);  // the default config couples with affine
+  EXPECT_EQ(results["config_hash"], cqk::config_hash(resolved));
+
+  EXPECT_FALSE(read_file(dir / "train.log").empty());
+
+  const auto checkpoints = cqk::list_checkpoints(dir.path());
+  ASSERT_FALSE(checkpoints.empty());
+  EXPECT_LE(checkpoints.size(), static_cast<size_t>(config.train.keep_checkpoints));
+  EXPECT_EQ(checkpoints.back(), cqk::checkpoint_path(dir.path(), 12));
+  EXPECT_EQ(folder_entries(dir / "checkpoints").size(), checkpoints.size());  // no temporary files left
+  for (const auto& name : folder_entries(dir.path())) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+}
+
+TEST(Trainer, RefusesToStartOverAnExistingRunAndToResumeWithoutCheckpoints) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config();
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 3)).outcome, cqk::TrainOutcome::Paused);
+  const auto config_before = read_file(dir / "config.yaml");
+  auto message = runtime_error_of([&] { cqk::train(config, in_dir(dir)); });
+  EXPECT_NE(message.find("--resume"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.path()), std::string::npos) << message;
+  EXPECT_EQ(read_file(dir / "config.yaml"), config_before);
+  EXPECT_EQ(cqk::list_checkpoints(dir.path()).back(), cqk::checkpoint_path(dir.path(), 3));
+
+  TempDir empty("cqk-train-empty");
+  message = runtime_error_of([&] { cqk::train(config, in_dir(empty, 0, true)); });
+  EXPECT_NE(message.find("no checkpoint"), std::string::npos) << message;
+  EXPECT_NE(message.find(empty.path()), std::string::npos) << message;
+
+  message = runtime_error_of([&] { cqk::load_run_config(empty / "nothing-here"); });
+  EXPECT_NE(message.find("config.yaml"), std::string::npos) << message;
+}
+
+TEST(Trainer, DivergenceStopsWithoutANewCheckpoint) {
+  TempDir dir("cqk-train");
+  // A huge step size without clipping; a huge init makes the first steps' logits overflow as well.
+  const auto config = tiny_run_config({"train.lr=1.0e6", "train.grad_clip=0", "train.warmup_steps=0",
+                                       "train.schedule=constant", "train.checkpoint_every=1",
+                                       "train.keep_checkpoints=100", "train.eval_every=100"});
+  const auto summary = cqk::train(config, in_dir(dir));
+  ASSERT_EQ(summary.outcome, cqk::TrainOutcome::Diverged);
+  EXPECT_LT(summary.step, 12);
+  EXPECT_EQ(cqk::exit_code(summary.outcome), 3);
+  // Checkpoints only of the steps done before the non-finite loss, with finite
+  // parameters (the last good one is kept), and no results.
+  const auto checkpoints = cqk::list_checkpoints(dir.path());
+  EXPECT_FALSE(checkpoints.empty());
+  for (const auto& path : checkpoints) {
+    EXPECT_LE(path, cqk::checkpoint_path(dir.path(), summary.step)) << path;
+    auto model_config = config.model;
+    model_config.vocab_size = 32;
+    cqk::TransformerLM model(model_config);
+    load_model(path, model);
+    for (const auto& item : model->named_parameters())
+      EXPECT_TRUE(at::isfinite(item.value()).all().item<bool>()) << path << ": " << item.key();
+  }
+  EXPECT_NE(read_file(dir / "train.log").find("first non-finite"), std::string::npos);
+  EXPECT_TRUE(folder_entries(dir.path()).size() > 0);
+  for (const auto& name : folder_entries(dir.path())) {
+    EXPECT_NE(name, "results.json");
+    EXPECT_NE(name, "model.pt");
+  }
+}
+
+// grad_clip 0 turns clipping off (it used to throw from clip_grad_norm_:
+// double's max does not convert to float); the logged grad_norm is still the norm.
+TEST(Trainer, GradientClippingCanBeTurnedOff) {
+  TempDir dir("cqk-train");
+  const auto summary = cqk::train(tiny_run_config({"train.grad_clip=0", "train.steps=4"}), in_dir(dir));
+  ASSERT_EQ(summary.outcome, cqk::TrainOutcome::Finished);
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  int logged = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("grad_norm")) continue;
+    EXPECT_TRUE(std::isfinite(j["grad_norm"].get<double>())) << line;
+    EXPECT_GT(j["grad_norm"].get<double>(), 0.0) << line;
+    ++logged;
+  }
+  EXPECT_EQ(logged, 2);
+}
+
+TEST(Trainer, ExitCodesFollowTheOutcome) {
+  EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Finished), 0);
+  EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Paused), 0);
+  EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Interrupted), 130);
+  EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Diverged), 3);
+}
+
+}  // namespace
