@@ -9,10 +9,13 @@
 # both compute the same loss from them; then REPS rounds (default 3) run
 # `cqk bench train` and `bench_pytorch.py` (same weights, same thread count) one
 # after the other, alternating which goes first. Prints a Markdown table:
-# tokens/s of each (median over rounds), the ratio cqk/PyTorch (median and
-# min..max over rounds) and cqk's MFU. For each -p pair (both are added to the
-# configs) the step-time ratio coupled/base of cqk (and of PyTorch), per round,
-# median and min..max. Raw JSON stays in $CQK_BENCH_OUT (default: a temp folder).
+# tokens/s of each (median over rounds; tokens per step / median step time), the
+# ratio cqk/PyTorch (median and min..max over rounds; also from each run's
+# fastest step, the least disturbed on a busy machine) and cqk's MFU. For each -p pair (both are added to the
+# configs) the step-time ratio coupled/base: from `cqk bench train COUPLED
+# --compare BASE` (steps of the two alternated in one process; median of the
+# per-step ratios, one run per round), and from the separate runs above (cqk
+# and PyTorch). Raw JSON stays in $CQK_BENCH_OUT (default: a temp folder).
 #
 #   scripts/bench_compare.sh -t 2 -p configs/bench/tiny-vanilla.yaml:configs/bench/tiny.yaml
 set -euo pipefail
@@ -27,7 +30,7 @@ while getopts "r:t:w:s:p:h" opt; do
     w) warmup=$OPTARG ;;
     s) steps=$OPTARG ;;
     p) pairs+=("$OPTARG") ;;
-    *) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2 ;;
+    *) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -38,7 +41,7 @@ for pair in "${pairs[@]+"${pairs[@]}"}"; do
 done
 # Each config once, in order of appearance.
 mapfile -t configs < <(printf '%s\n' "${configs[@]+"${configs[@]}"}" | awk 'NF && !seen[$0]++')
-((${#configs[@]})) || { sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2; }
+((${#configs[@]})) || { sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2; }
 
 cqk="$CQK_BUILD/cqk"
 python="$CQK_VENV/bin/python"
@@ -77,6 +80,12 @@ for ((r = 1; r <= reps; r++)); do
     fi
     echo "round $r/$reps $k done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   done
+  for pair in "${pairs[@]+"${pairs[@]}"}"; do
+    base=${pair%%:*} coupled=${pair#*:}
+    "$cqk" bench train "$coupled" --compare "$base" --set train.threads="$threads" --warmup "$warmup" \
+      --steps "$steps" --json >"$out/$(key "$coupled")-vs-$(key "$base").$r.json"
+    echo "round $r/$reps $(key "$coupled") vs $(key "$base") done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+  done
 done
 
 pair_keys=()
@@ -101,12 +110,13 @@ def span(values, fmt):
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}..{fmt.format(max(values))})"
 
 print()
-print("| config | params | cqk tok/s | PyTorch tok/s | cqk/PyTorch (min..max) | cqk step ms (min..max) | "
-      "cqk MFU (measured peak) | loss check |diff| |")
-print("|---|---|---|---|---|---|---|---|")
+print("| config | params | cqk tok/s | PyTorch tok/s | cqk/PyTorch (min..max) | cqk/PyTorch, best steps | "
+      "cqk step ms (min..max) | cqk MFU (measured peak) | loss check, abs diff |")
+print("|---|---|---|---|---|---|---|---|---|")
 for k in keys:
     c, p = runs(k, "cqk"), runs(k, "py")
     ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(c, p)]
+    best = [b["step_time_s"]["min"] / a["step_time_s"]["min"] for a, b in zip(c, p)]
     check_path = os.path.join(out, f"{k}.check.json")
     try:
         check = load(check_path)
@@ -116,20 +126,23 @@ for k in keys:
     mfu = [a["mfu_measured"] * 100 for a in c]
     peak = statistics.median(a["measured_peak_flops"] for a in c) / 1e9
     print(f"| {k} | {c[0]['params'] / 1e6:.2f}M | {statistics.median(a['tokens_per_s'] for a in c):.0f} | "
-          f"{statistics.median(b['tokens_per_s'] for b in p):.0f} | {span(ratios, '{:.3f}')} | "
+          f"{statistics.median(b['tokens_per_s'] for b in p):.0f} | {span(ratios, '{:.3f}')} | {span(best, '{:.3f}')} | "
           f"{span([a['step_time_s']['median'] * 1e3 for a in c], '{:.1f}')} | "
           f"{statistics.median(mfu):.1f}% of {peak:.1f} GFLOP/s | {loss} |")
 
 if pairs:
     print()
-    print("| base -> coupled | cqk step-time ratio coupled/base (min..max) | PyTorch ratio (min..max) |")
-    print("|---|---|---|")
+    print("| base -> coupled | cqk coupled/base, steps alternated in one process (min..max over runs) | "
+          "cqk, separate runs | PyTorch, separate runs |")
+    print("|---|---|---|---|")
     for pair in pairs:
         base, coupled = pair.split(":")
-        cells = []
+        alternated = [load(os.path.join(out, f"{coupled}-vs-{base}.{r}.json"))["step_time_ratio"]["median"]
+                      for r in range(1, reps + 1)]
+        cells = [span(alternated, "{:.3f}")]
         for tool in ("cqk", "py"):
             b, c = runs(base, tool), runs(coupled, tool)
             cells.append(span([x["step_time_s"]["median"] / y["step_time_s"]["median"] for x, y in zip(c, b)],
                               "{:.3f}"))
-        print(f"| {base} -> {coupled} | {cells[0]} | {cells[1]} |")
+        print(f"| {base} -> {coupled} | {' | '.join(cells)} |")
 EOF

@@ -13,4 +13,5 @@ if [[ ! -f "$CQK_BUILD/build.ninja" || $# -gt 0 ]]; then
     -DCQK_PYTHON="$CQK_VENV/bin/python" "$@" >"$CQK_BUILD.configure.log" 2>&1 \
     || { cat "$CQK_BUILD.configure.log" >&2; echo "build: CMake configure failed" >&2; exit 1; }
 fi
-cmake --build "$CQK_BUILD" -j "${CQK_JOBS:-$(nproc)}"
+# CQK_TARGET narrows the build (scripts/cqk builds only the tool).
+cmake --build "$CQK_BUILD" -j "${CQK_JOBS:-$(nproc)}" ${CQK_TARGET:+--target "$CQK_TARGET"}

@@ -21,14 +21,18 @@ if ((${#missing[@]})); then
 fi
 
 command -v "$CQK_PYTHON" >/dev/null || die "$CQK_PYTHON not found (set CQK_PYTHON)"
+CQK_PIP_PACKAGES=("torch==$CQK_TORCH_VERSION" numpy matplotlib)
 if [[ ! -f "$CQK_VENV/.complete" ]]; then
   echo "setup: installing torch==$CQK_TORCH_VERSION into $CQK_VENV (one-time, ~4.6 GB)"
   rm -rf "$CQK_VENV"
   mkdir -p "$CQK_CACHE"
   "$CQK_PYTHON" -m venv "$CQK_VENV" || die "cannot create a venv with $CQK_PYTHON (install python3-venv)"
-  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "torch==$CQK_TORCH_VERSION" numpy matplotlib \
-    || die "pip could not install torch==$CQK_TORCH_VERSION for $("$CQK_PYTHON" --version)"
+  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "${CQK_PIP_PACKAGES[@]}" \
+    || die "pip could not install ${CQK_PIP_PACKAGES[*]} for $("$CQK_PYTHON" --version)"
   touch "$CQK_VENV/.complete"
 fi
-"$CQK_VENV/bin/python" -c "import torch.utils" 2>/dev/null \
-  || die "the cached environment $CQK_VENV is broken; delete it and run again"
+# An environment cached by an older checkout may lack a package added since.
+if ! "$CQK_VENV/bin/python" -c "import torch.utils, numpy, matplotlib" 2>/dev/null; then
+  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "${CQK_PIP_PACKAGES[@]}" \
+    || die "the cached environment $CQK_VENV is broken and pip could not repair it; delete it and run again"
+fi

@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -236,78 +238,93 @@ std::string config_json(const Config& c) {
   return out.dump();
 }
 
-BenchResult benchmark_training(const Config& input_config, const BenchOptions& options) {
+namespace {
+
+void check_options(const BenchOptions& options) {
   if (options.warmup < 0) throw std::invalid_argument("bench: --warmup must be >= 0");
   if (options.steps < 1) throw std::invalid_argument("bench: --steps must be >= 1");
   if (options.peak_size < 0) throw std::invalid_argument("bench: --peak-size must be >= 0");
-  Config config = input_config;
-  validate(config);
+}
 
-  BenchResult result;
-  result.name = config.run.name;
-  result.threads = configure_threads(static_cast<int>(config.train.threads));
-  result.torch_version = TORCH_VERSION;
-  // The trainer's order: seed, batch source, model, optimizer.
-  at::manual_seed(static_cast<uint64_t>(config.run.seed));
-  auto source = make_batch_source(config.data, config.run.seed);
-  if (config.model.vocab_size == 0) config.model.vocab_size = source->vocab_size();
-  if (config.model.vocab_size < source->vocab_size())
-    throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
-                                ") is smaller than the data's vocabulary (" + std::to_string(source->vocab_size()) +
-                                ")");
-  result.config_json = config_json(config);
+// One config's model, optimizer and batch source, stepping as the trainer does.
+class Session {
+ public:
+  Session(const Config& input_config, const BenchOptions& options) : config_(input_config) {
+    validate(config_);
+    auto& r = result_;
+    r.name = config_.run.name;
+    r.threads = configure_threads(static_cast<int>(config_.train.threads));
+    r.torch_version = TORCH_VERSION;
+    // The trainer's order: seed, batch source, model, optimizer.
+    at::manual_seed(static_cast<uint64_t>(config_.run.seed));
+    source_ = make_batch_source(config_.data, config_.run.seed);
+    if (config_.model.vocab_size == 0) config_.model.vocab_size = source_->vocab_size();
+    if (config_.model.vocab_size < source_->vocab_size())
+      throw std::invalid_argument("model.vocab_size (" + std::to_string(config_.model.vocab_size) +
+                                  ") is smaller than the data's vocabulary (" +
+                                  std::to_string(source_->vocab_size()) + ")");
+    r.config_json = config_json(config_);
+    device_ = choose_device(config_.train.device);
+    bf16_ = use_bf16(config_.train, device_);
+    r.device = device_.str();
+    r.device_name = device_name(device_);
+    r.dtype = bf16_ ? "bf16" : "fp32";
+    model_ = TransformerLM(config_.model);
+    model_->to(device_);
+    optimizer_ = make_optimizer(model_, config_.train);
+    model_->train();
+    parameters_ = model_->parameters();
+    const auto breakdown = model_->parameter_breakdown();
+    r.params = breakdown.total();
+    r.coupling_params = breakdown.coupling;
+    r.tokens_per_step = config_.data.batch_size * config_.data.seq_len * config_.train.grad_accum;
+    r.flops_per_token = model_->flops_per_token(config_.data.seq_len);
+    r.warmup = options.warmup;
+    r.steps = options.steps;
+    r.step_seconds.reserve(static_cast<size_t>(options.steps));
+  }
 
-  const auto device = choose_device(config.train.device);
-  const bool bf16 = use_bf16(config.train, device);
-  result.device = device.str();
-  result.device_name = device_name(device);
-  result.dtype = bf16 ? "bf16" : "fp32";
-  TransformerLM model(config.model);
-  model->to(device);
-  auto optimizer = make_optimizer(model, config.train);
-  model->train();
-  const auto breakdown = model->parameter_breakdown();
-  result.params = breakdown.total();
-  result.coupling_params = breakdown.coupling;
-  result.tokens_per_step = config.data.batch_size * config.data.seq_len * config.train.grad_accum;
-  result.flops_per_token = model->flops_per_token(config.data.seq_len);
-  result.warmup = options.warmup;
-  result.steps = options.steps;
-
-  const double max_norm = config.train.grad_clip > 0 ? config.train.grad_clip : std::numeric_limits<double>::max();
-  const auto parameters = model->parameters();
-  // One training step as the trainer takes it (constant lr: the schedule costs nothing).
-  const auto step = [&] {
-    optimizer->zero_grad();
+  // One training step as the trainer takes it (constant lr: the schedule costs nothing); returns the loss.
+  double step() {
+    optimizer_->zero_grad();
     double loss_value = 0.0;
-    for (int64_t micro = 0; micro < config.train.grad_accum; ++micro) {
-      const auto batch = source->next_train();
+    for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
+      const auto batch = source_->next_train();
       at::Tensor loss;
       {
-        AutocastScope autocast(device, bf16);
-        loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) /
-               static_cast<double>(config.train.grad_accum);
+        AutocastScope autocast(device_, bf16_);
+        loss = model_->loss(batch.inputs.to(device_), batch.targets.to(device_)) /
+               static_cast<double>(config_.train.grad_accum);
       }
       loss.backward();
       loss_value += loss.item<double>();
     }
-    torch::nn::utils::clip_grad_norm_(parameters, max_norm);
-    optimizer->step();
-    synchronize(device);
+    const double max_norm =
+        config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::max();
+    torch::nn::utils::clip_grad_norm_(parameters_, max_norm);
+    optimizer_->step();
+    synchronize(device_);
     return loss_value;
-  };
+  }
 
-  for (int64_t i = 0; i < options.warmup; ++i) step();
+  // A timed step, recorded in the result.
+  void timed_step() {
+    const auto start = Clock::now();
+    const double loss = step();
+    result_.step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    if (result_.step_seconds.size() == 1) result_.first_loss = loss;
+    result_.last_loss = loss;
+  }
 
-  if (!options.dump_dir.empty()) {
+  // weights.pt, batch.pt (the next training batch, not consumed), reference.json, config.json.
+  void dump(const std::string& dir) {
     namespace fs = std::filesystem;
-    fs::create_directories(options.dump_dir);
-    const auto path = [&](const char* name) { return (fs::path(options.dump_dir) / name).string(); };
-    save_weights_for_python(path("weights.pt"), *model);
-    // The next training batch, without consuming it: the timed steps start with it.
-    const int64_t position = source->train_position();
-    const auto batch = source->next_train();
-    source->seek_train(position);
+    fs::create_directories(dir);
+    const auto path = [&](const char* name) { return (fs::path(dir) / name).string(); };
+    save_weights_for_python(path("weights.pt"), *model_);
+    const int64_t position = source_->train_position();
+    const auto batch = source_->next_train();
+    source_->seek_train(position);
     c10::Dict<std::string, at::Tensor> tensors;
     tensors.insert("inputs", batch.inputs);
     tensors.insert("targets", batch.targets);
@@ -316,43 +333,108 @@ BenchResult benchmark_training(const Config& input_config, const BenchOptions& o
     double loss = 0.0;
     {
       at::NoGradGuard no_grad;
-      AutocastScope autocast(device, bf16);
-      loss = model->loss(batch.inputs.to(device), batch.targets.to(device)).item<double>();
+      AutocastScope autocast(device_, bf16_);
+      loss = model_->loss(batch.inputs.to(device_), batch.targets.to(device_)).item<double>();
     }
-    json reference = {{"loss", loss}, {"after_steps", options.warmup}, {"dtype", result.dtype}};
+    const json reference = {{"loss", loss}, {"after_steps", result_.warmup}, {"dtype", result_.dtype}};
     write_text(path("reference.json"), reference.dump(2) + "\n");
-    write_text(path("config.json"), json::parse(result.config_json).dump(2) + "\n");
+    write_text(path("config.json"), json::parse(result_.config_json).dump(2) + "\n");
   }
 
-  reset_cuda_peak(device);
-  result.step_seconds.reserve(static_cast<size_t>(options.steps));
+  // Throughput and memory from the timed steps; `timed_seconds` is their wall time.
+  void finish(double timed_seconds) {
+    auto& r = result_;
+    r.cuda_peak_bytes = cuda_peak(device_);
+    r.peak_rss_bytes = peak_rss_bytes();
+    r.step = spread_of(r.step_seconds);
+    r.tokens_per_s = static_cast<double>(r.tokens_per_step) / std::max(r.step.median, 1e-12);
+    r.tokens_per_s_mean = static_cast<double>(r.tokens_per_step * static_cast<int64_t>(r.step_seconds.size())) /
+                          std::max(timed_seconds, 1e-12);
+    r.achieved_flops = r.tokens_per_s * r.flops_per_token;
+  }
+
+  // MFU against a peak measured here (after the steps, so its buffers stay out of the RSS peak).
+  void set_peak(double measured_peak, int64_t size) {
+    auto& r = result_;
+    r.peak_size = size;
+    r.measured_peak_flops = measured_peak;
+    r.mfu_measured = r.achieved_flops / measured_peak;
+    if (device_.is_cuda()) {
+      r.datasheet_peak_flops = datasheet_peak_flops(r.device_name, r.dtype, &r.datasheet_source);
+      if (r.datasheet_peak_flops) r.mfu_datasheet = r.achieved_flops / *r.datasheet_peak_flops;
+    }
+  }
+
+  const c10::Device& device() const { return device_; }
+  bool bf16() const { return bf16_; }
+  BenchResult& result() { return result_; }
+
+ private:
+  Config config_;
+  BenchResult result_;
+  std::unique_ptr<BatchSource> source_;
+  c10::Device device_{c10::kCPU};
+  bool bf16_ = false;
+  TransformerLM model_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<at::Tensor> parameters_;
+};
+
+void measure_peak(const BenchOptions& options, std::initializer_list<Session*> sessions) {
+  Session& first = **sessions.begin();
+  const int64_t size = options.peak_size > 0 ? options.peak_size : (first.device().is_cuda() ? 8192 : 2048);
+  const double peak =
+      measure_matmul_flops(first.device(), first.bf16() ? at::kBFloat16 : at::kFloat, size, /*repeats=*/5);
+  for (Session* s : sessions) s->set_peak(peak, size);
+}
+
+}  // namespace
+
+BenchResult benchmark_training(const Config& config, const BenchOptions& options) {
+  check_options(options);
+  Session session(config, options);
+  for (int64_t i = 0; i < options.warmup; ++i) session.step();
+  if (!options.dump_dir.empty()) session.dump(options.dump_dir);
+  reset_cuda_peak(session.device());
   const auto timed_start = Clock::now();
+  for (int64_t i = 0; i < options.steps; ++i) session.timed_step();
+  session.finish(std::chrono::duration<double>(Clock::now() - timed_start).count());
+  measure_peak(options, {&session});
+  return session.result();
+}
+
+BenchComparison compare_training(const Config& config, const Config& other, const BenchOptions& options) {
+  check_options(options);
+  if (!options.dump_dir.empty()) throw std::invalid_argument("bench: --dump and --compare do not go together");
+  Session a(config, options), b(other, options);
+  if (a.device() != b.device()) throw std::invalid_argument("bench --compare: the two configs use different devices");
+  for (int64_t i = 0; i < options.warmup; ++i) {
+    a.step();
+    b.step();
+  }
+  reset_cuda_peak(a.device());
+  BenchComparison out;
+  double seconds_a = 0.0, seconds_b = 0.0;
   for (int64_t i = 0; i < options.steps; ++i) {
-    const auto start = Clock::now();
-    const double loss = step();
-    result.step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    if (i == 0) result.first_loss = loss;
-    result.last_loss = loss;
+    // Alternate which goes first, so neither always follows the other's memory traffic.
+    Session& first = i % 2 == 0 ? a : b;
+    Session& second = i % 2 == 0 ? b : a;
+    first.timed_step();
+    second.timed_step();
+    const double ta = a.result().step_seconds.back(), tb = b.result().step_seconds.back();
+    seconds_a += ta;
+    seconds_b += tb;
+    out.step_time_ratios.push_back(ta / tb);
   }
-  const double timed_seconds = std::chrono::duration<double>(Clock::now() - timed_start).count();
-  result.cuda_peak_bytes = cuda_peak(device);
-  result.peak_rss_bytes = peak_rss_bytes();  // before the peak matmul's own buffers
-
-  result.step = spread_of(result.step_seconds);
-  result.tokens_per_s = static_cast<double>(result.tokens_per_step) / std::max(result.step.median, 1e-12);
-  result.tokens_per_s_mean =
-      static_cast<double>(result.tokens_per_step * options.steps) / std::max(timed_seconds, 1e-12);
-  result.achieved_flops = result.tokens_per_s * result.flops_per_token;
-
-  result.peak_size = options.peak_size > 0 ? options.peak_size : (device.is_cuda() ? 8192 : 2048);
-  result.measured_peak_flops =
-      measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat, result.peak_size, /*repeats=*/5);
-  result.mfu_measured = result.achieved_flops / result.measured_peak_flops;
-  if (device.is_cuda()) {
-    result.datasheet_peak_flops = datasheet_peak_flops(result.device_name, result.dtype, &result.datasheet_source);
-    if (result.datasheet_peak_flops) result.mfu_datasheet = result.achieved_flops / *result.datasheet_peak_flops;
-  }
-  return result;
+  a.finish(seconds_a);
+  b.finish(seconds_b);
+  measure_peak(options, {&a, &b});
+  out.a = a.result();
+  out.b = b.result();
+  out.ratio = spread_of(out.step_time_ratios);
+  out.ratio_of_medians = out.a.step.median / out.b.step.median;
+  out.ratio_of_minima = out.a.step.min / out.b.step.min;
+  return out;
 }
 
 std::string to_json(const BenchResult& r) {
@@ -395,6 +477,36 @@ std::string to_json(const BenchResult& r) {
       {"datasheet_source", r.datasheet_source},
       {"config", json::parse(r.config_json)}};
   return out.dump();
+}
+
+namespace {
+json result_json(const BenchResult& r) { return json::parse(to_json(r)); }
+}  // namespace
+
+std::string to_json(const BenchComparison& c) {
+  const json out = {{"a", result_json(c.a)},
+                    {"b", result_json(c.b)},
+                    {"step_time_ratios", c.step_time_ratios},
+                    {"step_time_ratio",
+                     {{"median", c.ratio.median},
+                      {"min", c.ratio.min},
+                      {"max", c.ratio.max},
+                      {"p25", c.ratio.p25},
+                      {"p75", c.ratio.p75},
+                      {"mean", c.ratio.mean}}},
+                    {"ratio_of_medians", c.ratio_of_medians},
+                    {"ratio_of_minima", c.ratio_of_minima}};
+  return out.dump();
+}
+
+std::string describe(const BenchComparison& c) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step-time ratio %s / %s, steps alternated in one process: median of per-step ratios %.3f "
+                "(IQR %.3f..%.3f, min %.3f, max %.3f) | ratio of medians %.3f | ratio of minima %.3f\n",
+                c.a.name.c_str(), c.b.name.c_str(), c.ratio.median, c.ratio.p25, c.ratio.p75, c.ratio.min,
+                c.ratio.max, c.ratio_of_medians, c.ratio_of_minima);
+  return describe(c.a) + "\n" + describe(c.b) + "\n" + line;
 }
 
 std::string describe(const BenchResult& r) {

@@ -128,6 +128,20 @@ std::string default_run_dir(const Config& config) {
   return (fs::path("runs") / (config.run.name + "-seed" + std::to_string(config.run.seed))).string();
 }
 
+// A process killed while writing a checkpoint leaves its temporary file (as
+// large as a checkpoint) behind, which nothing else removes.
+void remove_stale_temporaries(const std::string& run_dir) {
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find(".ckpt.tmp.") != std::string::npos && fs::remove(entry.path(), ec))
+      ++removed;
+  }
+  if (removed > 0)
+    log::info("removed " + std::to_string(removed) + " temporary checkpoint file(s) of an interrupted write");
+}
+
 void append_line(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::app);
   out << line << '\n';
@@ -240,6 +254,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     ~LogFileScope() { log::remove_files(); }
   } log_file_scope;
   if (!options.resume && dist.is_main()) write_file_atomically(config_path, to_yaml(config));
+  if (dist.is_main()) remove_stale_temporaries(run_dir);
 
   // Measured before a resume restores the RNG state: the measurement draws random matrices.
   const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);

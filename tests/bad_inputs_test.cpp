@@ -35,7 +35,7 @@ const std::string kCorpus = std::string(CQK_SOURCE_DIR) + "/tests/bad_inputs";
 struct Case {
   std::string name, args, setup, format;
   std::vector<std::string> expect;
-  int warnings = 0;              // "[hh:mm:ss warning]" lines allowed before the error line
+  int log_lines = 0;             // "[hh:mm:ss info|warning]" lines allowed before the error line
   bool during_training = false;  // found by the training loop: the run dir may exist, without checkpoints
   bool skip_as_root = false;     // relies on file permissions, which root ignores
   std::string manifest_error;    // cases.yaml could not be read
@@ -53,7 +53,7 @@ std::vector<Case> load_cases() {
       c.args = node["args"].as<std::string>();
       if (node["setup"]) c.setup = node["setup"].as<std::string>();
       if (node["format"]) c.format = node["format"].as<std::string>();
-      if (node["warnings"]) c.warnings = node["warnings"].as<int>();
+      if (node["log_lines"]) c.log_lines = node["log_lines"].as<int>();
       if (node["during_training"]) c.during_training = node["during_training"].as<bool>();
       if (node["skip_as_root"]) c.skip_as_root = node["skip_as_root"].as<bool>();
       const YAML::Node expect = node["expect"];
@@ -343,10 +343,10 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
   ASSERT_FALSE(r.err.empty()) << shown;
   EXPECT_EQ(r.err.back(), '\n') << shown;
   const auto lines = lines_of(r.err);
-  ASSERT_EQ(lines.size(), static_cast<size_t>(c.warnings) + 1) << shown;
-  const std::regex warning(R"(^\[\d\d:\d\d:\d\d warning\] .+)");
-  for (int i = 0; i < c.warnings; ++i)
-    EXPECT_TRUE(std::regex_match(lines[static_cast<size_t>(i)], warning)) << lines[static_cast<size_t>(i)];
+  ASSERT_EQ(lines.size(), static_cast<size_t>(c.log_lines) + 1) << shown;
+  const std::regex log_line(R"(^\[\d\d:\d\d:\d\d (info|warning)\] .+)");
+  for (int i = 0; i < c.log_lines; ++i)
+    EXPECT_TRUE(std::regex_match(lines[static_cast<size_t>(i)], log_line)) << lines[static_cast<size_t>(i)];
   const std::string& error = lines.back();
   if (c.format == "data") {
     EXPECT_TRUE(std::regex_search(error, std::regex(R"(^\[\d\d:\d\d:\d\d error\] cqk data \w+: )"))) << shown;

@@ -64,10 +64,24 @@ struct BenchResult {
 // $CQK_NUM_THREADS) and seeds torch with run.seed, as the trainer does.
 BenchResult benchmark_training(const Config& config, const BenchOptions& options);
 
+// Two configs (e.g. a coupled model and its base) on the same machine, their
+// steps alternated in one process (a, b, b, a, ...), so load and frequency
+// drift hit both alike. The ratios are a's step time over b's.
+struct BenchComparison {
+  BenchResult a, b;
+  std::vector<double> step_time_ratios;  // a_i / b_i for timed step i
+  Spread ratio;                          // of step_time_ratios
+  double ratio_of_medians = 0, ratio_of_minima = 0;
+};
+BenchComparison compare_training(const Config& config, const Config& other, const BenchOptions& options);
+
 // One JSON object: every field of BenchResult, the config under "config".
 std::string to_json(const BenchResult& result);
 // Human-readable lines.
 std::string describe(const BenchResult& result);
+// {"a": ..., "b": ..., "step_time_ratios": [...], "step_time_ratio": {median, ...}, ...}
+std::string to_json(const BenchComparison& comparison);
+std::string describe(const BenchComparison& comparison);
 
 // The config fields the PyTorch reference needs, as JSON (sections as in YAML).
 std::string config_json(const Config& config);

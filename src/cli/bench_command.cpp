@@ -13,7 +13,7 @@ namespace cqk::cli {
 
 void add_bench_command(CLI::App& app) {
   struct Arguments {
-    std::string config_path;
+    std::string config_path, compare_path;
     std::vector<std::string> overrides;
     BenchOptions options;
     bool json = false;
@@ -37,10 +37,19 @@ void add_bench_command(CLI::App& app) {
                     "Write weights.pt, batch.pt, reference.json (loss) and config.json here before the timed steps, "
                     "for scripts/bench_pytorch.py")
       ->type_name("DIR");
+  train->add_option("--compare", args->compare_path,
+                    "Also run this config (same --set), alternating steps with CONFIG in one process, and report "
+                    "the step-time ratio CONFIG/OTHER (e.g. CONFIG coupled, OTHER its base)")
+      ->type_name("OTHER");
   train->add_flag("--json", args->json, "Print one JSON object instead of text");
   train->callback([args] {
     const Config config = args->config_path.empty() ? default_config(args->overrides)
                                                     : load_config(args->config_path, args->overrides);
+    if (!args->compare_path.empty()) {
+      const auto comparison = compare_training(config, load_config(args->compare_path, args->overrides), args->options);
+      std::cout << (args->json ? to_json(comparison) + "\n" : describe(comparison)) << std::flush;
+      return;
+    }
     const auto result = benchmark_training(config, args->options);
     if (args->json)
       std::cout << to_json(result) << std::endl;

@@ -41,7 +41,7 @@ std::string format_accuracy(double accuracy) {
 
 void add_recall_command(CLI::App& app) {
   struct Arguments {
-    std::vector<int64_t> pairs{4, 8}, seq_lens{64}, widths{64};
+    std::vector<int64_t> pairs{4, 8}, seq_lens{32}, widths{64};
     std::vector<std::string> attention{"vanilla", "diff", "qknorm", "mta"}, coupling{"none", "affine"};
     std::vector<std::string> overrides;
     std::string out = "runs/recall";
