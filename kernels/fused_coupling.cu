@@ -16,91 +16,18 @@
 // the batch of tokens into shared-memory accumulators (each entry owned by one
 // thread: no atomics), and at the end adds its accumulators to the global fp32
 // gradients with one atomicAdd per entry.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 
-#include "coupling_math.cuh"
-#include "fused_coupling.h"
+#include "coupling_device.cuh"
 
 namespace cqk::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-// ---------------------------------------------------------------------------
-// Element I/O: 8 consecutive channels of a row, to and from float32 registers.
-
-__device__ __forceinline__ void load8(const float* __restrict__ p, float (&v)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
-__device__ __forceinline__ void load8(const __nv_bfloat16* __restrict__ p, float (&v)[8]) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  __nv_bfloat162 pairs[4];
-  memcpy(pairs, &u, sizeof(u));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ void store8(float* __restrict__ p, const float (&v)[8]) {
-  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-__device__ __forceinline__ void store8(__nv_bfloat16* __restrict__ p, const float (&v)[8]) {
-  __nv_bfloat162 pairs[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  uint4 u;
-  memcpy(&u, pairs, sizeof(u));
-  *reinterpret_cast<uint4*>(p) = u;
-}
-
-__device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
-  *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
-}
-
-// ---------------------------------------------------------------------------
-// The Reduce and Sink of coupling_math.cuh's lane drivers, GPU versions.
-
-// Sums over the L lanes of a group (aligned runs of L lanes of a warp). The xor
-// butterfly leaves the same bits in every lane (a + b == b + a).
-template <int L>
-struct ShuffleReduce {
-  template <int N>
-  CQK_HOST_DEVICE void operator()(float (&v)[N]) const {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-    for (int offset = L / 2; offset > 0; offset /= 2) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
-    }
-#endif
-  }
-};
-
-template <int D, int R>
-struct SmemViews {
-  const float* base;
-  CQK_HOST_DEVICE PackedStepView<D, R> operator()(int i) const {
-    return PackedStepView<D, R>{base + i * PackedStepLayout<D, R>::kFloats};
-  }
-};
 
 // Stages a token's weight-gradient factors, then (whole block) sums the batch
 // into the block's accumulators. Called by every thread of the block at the
@@ -175,16 +102,6 @@ __device__ __forceinline__ int64_t strided(const RowStrides& s, int64_t b, int64
 template <int D>
 __device__ __forceinline__ int64_t dense(const Work& w, int64_t b, int64_t h, int64_t t) {
   return ((b * w.heads + h) * w.time + t) * D;
-}
-
-template <int D, int R>
-__device__ void pack_weights(float* smem, const AffineCouplingParams& p, int64_t group) {
-  using Layout = PackedStepLayout<D, R>;
-  for (int s = 0; s < p.num_steps; ++s) {
-    const AffineStepWeights w{p.w1[s] + group * R * D, p.b1[s] + group * R, p.w2[s] + group * 2 * D * R,
-                              p.b2[s] + group * 2 * D};
-    for (int o = threadIdx.x; o < Layout::kFloats; o += blockDim.x) smem[s * Layout::kFloats + o] = Layout::gather(w, o);
-  }
 }
 
 // ---------------------------------------------------------------------------
@@ -290,34 +207,6 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
 
 // ---------------------------------------------------------------------------
 // Host side.
-
-struct DeviceInfo {
-  int multiprocessors = 0;
-  int smem_optin = 0;  // bytes a block may use after opting in
-};
-
-bool query_device(DeviceInfo& info) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();  // clear it: this is a question, not a failure
-    return false;
-  }
-  static std::mutex mutex;
-  static std::unordered_map<int, DeviceInfo> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(device);
-  if (it == cache.end()) {
-    DeviceInfo fresh;
-    if (cudaDeviceGetAttribute(&fresh.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&fresh.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    it = cache.emplace(device, fresh).first;
-  }
-  info = it->second;
-  return true;
-}
 
 int64_t lanes_per_token(int64_t head_dim) { return head_dim / kLaneChannels; }
 int64_t tokens_per_batch(int64_t head_dim) { return kThreads / lanes_per_token(head_dim); }

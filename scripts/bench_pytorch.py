@@ -347,6 +347,48 @@ def cpu_model_name():
     return "unknown CPU"
 
 
+def reset_peak_rss():
+    """Lowers VmHWM to the current RSS (Linux /proc/self/clear_refs), as cqk does before its timed steps."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cpu_snapshot():
+    """(machine busy CPU seconds from /proc/stat or None, this process's CPU seconds, wall time)."""
+    busy = None
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        if fields[0] == "cpu":
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+            busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return busy, usage.ru_utime + usage.ru_stime, time.perf_counter()
+
+
+def other_cpu_load(start, end):
+    """Cores' worth of CPU other processes used between two snapshots (as cqk reports it)."""
+    if start[0] is None or end[0] is None or end[2] <= start[2]:
+        return None
+    return max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2]))
+
+
 def percentile(sorted_values, q):
     if not sorted_values:
         return 0.0
@@ -458,15 +500,17 @@ def bench(args, config):
         print(prof.key_averages().table(sort_by=key, row_limit=args.profile_rows))
         return 0
 
+    reset_peak_rss()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds, losses = [], []
-    timed_start = time.perf_counter()
+    cpu_start = cpu_snapshot()
     for _ in range(args.steps):
         start = time.perf_counter()
         losses.append(step())
         seconds.append(time.perf_counter() - start)
-    timed = time.perf_counter() - timed_start
+    cpu_end = cpu_snapshot()
+    timed = cpu_end[2] - cpu_start[2]
     s = spread(seconds)
     flops_per_token = model.flops_per_token(data["seq_len"])
     tokens_per_s = tokens_per_step / max(s["median"], 1e-12)
@@ -488,7 +532,8 @@ def bench(args, config):
         "tokens_per_s_mean": tokens_per_step * args.steps / max(timed, 1e-12),
         "first_loss": losses[0],
         "last_loss": losses[-1],
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "other_cpu_load": other_cpu_load(cpu_start, cpu_end),
+        "peak_rss_bytes": peak_rss_bytes(),  # over the timed steps
         "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "flops_per_token": flops_per_token,
         "achieved_flops": tokens_per_s * flops_per_token,
@@ -506,6 +551,8 @@ def bench(args, config):
         print(f"throughput  {tokens_per_s:.0f} tokens/s (median step) | {result['tokens_per_s_mean']:.0f} tokens/s (mean)")
         print(f"memory      peak RSS {result['peak_rss_bytes'] / 2**20:.1f} MiB")
         print(f"loss        {losses[0]:.4f} (first timed step) -> {losses[-1]:.4f} (last)")
+        if result["other_cpu_load"] is not None:
+            print(f"machine     other processes used {result['other_cpu_load']:.2f} cores during the timed steps")
     return 0
 
 

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Dict.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize.h>
@@ -131,6 +132,41 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error(path + ": cannot write");
 }
 
+// CPU time of the whole machine (busy, all cores) and of this process, to tell
+// how much of the machine other processes took while the steps were timed.
+struct CpuSnapshot {
+  double machine_busy_s = -1;  // -1: /proc/stat unreadable
+  double self_s = 0;
+  Clock::time_point at = Clock::now();
+};
+
+CpuSnapshot cpu_snapshot() {
+  CpuSnapshot snap;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu") {
+    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    snap.machine_busy_s = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
+  }
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * t.tv_usec; };
+    snap.self_s = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  snap.at = Clock::now();
+  return snap;
+}
+
+// Cores' worth of CPU that other processes used between two snapshots (nullopt without /proc/stat).
+std::optional<double> other_cpu_load(const CpuSnapshot& from, const CpuSnapshot& to) {
+  if (from.machine_busy_s < 0 || to.machine_busy_s < 0) return std::nullopt;
+  const double wall = std::chrono::duration<double>(to.at - from.at).count();
+  if (wall <= 0) return std::nullopt;
+  const double others = (to.machine_busy_s - from.machine_busy_s) - (to.self_s - from.self_s);
+  return std::max(0.0, others / wall);
+}
+
 double percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0.0;
   const double position = q * static_cast<double>(sorted.size() - 1);
@@ -159,9 +195,23 @@ Spread spread_of(std::vector<double> values) {
 }
 
 int64_t peak_rss_bytes() {
+  // VmHWM, which reset_peak_rss() can lower; getrusage's ru_maxrss where /proc is missing.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
+  }
   struct rusage usage {};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+bool reset_peak_rss() {
+  // Linux >= 4.0: "5" resets the high-water mark to the current RSS (proc(5), clear_refs).
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
 }
 
 std::optional<double> datasheet_peak_flops(const std::string& device_name, const std::string& dtype,
@@ -345,7 +395,7 @@ class Session {
   void finish(double timed_seconds) {
     auto& r = result_;
     r.cuda_peak_bytes = cuda_peak(device_);
-    r.peak_rss_bytes = peak_rss_bytes();
+    r.peak_rss_bytes = peak_rss_bytes();  // since reset_peak_rss(), before the timed steps
     r.step = spread_of(r.step_seconds);
     r.tokens_per_s = static_cast<double>(r.tokens_per_step) / std::max(r.step.median, 1e-12);
     r.tokens_per_s_mean = static_cast<double>(r.tokens_per_step * static_cast<int64_t>(r.step_seconds.size())) /
@@ -380,13 +430,28 @@ class Session {
   std::vector<at::Tensor> parameters_;
 };
 
-void measure_peak(const BenchOptions& options, std::initializer_list<Session*> sessions) {
-  Session& first = **sessions.begin();
-  const int64_t size = options.peak_size > 0 ? options.peak_size : (first.device().is_cuda() ? 8192 : 2048);
-  const double peak =
-      measure_matmul_flops(first.device(), first.bf16() ? at::kBFloat16 : at::kFloat, size, /*repeats=*/5);
-  for (Session* s : sessions) s->set_peak(peak, size);
-}
+// The matmul peak, best of two measurements (before and after the timed steps),
+// 10 repeats each on the CPU: a peak taken while another process holds a core
+// would understate the peak and overstate MFU.
+class PeakMeter {
+ public:
+  PeakMeter(const BenchOptions& options, const Session& session)
+      : device_(session.device()),
+        dtype_(session.bf16() ? at::kBFloat16 : at::kFloat),
+        size_(options.peak_size > 0 ? options.peak_size : (device_.is_cuda() ? 8192 : 2048)) {}
+  void measure() {
+    best_ = std::max(best_, measure_matmul_flops(device_, dtype_, size_, device_.is_cuda() ? 5 : 10));
+  }
+  void apply(std::initializer_list<Session*> sessions) const {
+    for (Session* s : sessions) s->set_peak(best_, size_);
+  }
+
+ private:
+  c10::Device device_;
+  c10::ScalarType dtype_;
+  int64_t size_;
+  double best_ = 0.0;
+};
 
 }  // namespace
 
@@ -395,11 +460,17 @@ BenchResult benchmark_training(const Config& config, const BenchOptions& options
   Session session(config, options);
   for (int64_t i = 0; i < options.warmup; ++i) session.step();
   if (!options.dump_dir.empty()) session.dump(options.dump_dir);
+  PeakMeter peak(options, session);
+  peak.measure();
+  reset_peak_rss();
   reset_cuda_peak(session.device());
-  const auto timed_start = Clock::now();
+  const auto cpu_start = cpu_snapshot();
   for (int64_t i = 0; i < options.steps; ++i) session.timed_step();
-  session.finish(std::chrono::duration<double>(Clock::now() - timed_start).count());
-  measure_peak(options, {&session});
+  const auto cpu_end = cpu_snapshot();
+  session.finish(std::chrono::duration<double>(cpu_end.at - cpu_start.at).count());
+  session.result().other_cpu_load = other_cpu_load(cpu_start, cpu_end);
+  peak.measure();
+  peak.apply({&session});
   return session.result();
 }
 
@@ -412,9 +483,13 @@ BenchComparison compare_training(const Config& config, const Config& other, cons
     a.step();
     b.step();
   }
+  PeakMeter peak(options, a);
+  peak.measure();
+  reset_peak_rss();
   reset_cuda_peak(a.device());
   BenchComparison out;
   double seconds_a = 0.0, seconds_b = 0.0;
+  const auto cpu_start = cpu_snapshot();
   for (int64_t i = 0; i < options.steps; ++i) {
     // Alternate which goes first, so neither always follows the other's memory traffic.
     Session& first = i % 2 == 0 ? a : b;
@@ -426,9 +501,12 @@ BenchComparison compare_training(const Config& config, const Config& other, cons
     seconds_b += tb;
     out.step_time_ratios.push_back(ta / tb);
   }
+  const auto cpu_end = cpu_snapshot();
   a.finish(seconds_a);
   b.finish(seconds_b);
-  measure_peak(options, {&a, &b});
+  a.result().other_cpu_load = b.result().other_cpu_load = other_cpu_load(cpu_start, cpu_end);
+  peak.measure();
+  peak.apply({&a, &b});
   out.a = a.result();
   out.b = b.result();
   out.ratio = spread_of(out.step_time_ratios);
@@ -463,6 +541,7 @@ std::string to_json(const BenchResult& r) {
       {"tokens_per_s_mean", r.tokens_per_s_mean},
       {"first_loss", r.first_loss},
       {"last_loss", r.last_loss},
+      {"other_cpu_load", optional_json(r.other_cpu_load)},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"cuda_peak_bytes", r.cuda_peak_bytes ? json(*r.cuda_peak_bytes) : json(nullptr)},
       {"flops_per_token", r.flops_per_token},
@@ -548,6 +627,11 @@ std::string describe(const BenchResult& r) {
   }
   std::snprintf(line, sizeof line, "loss        %.4f (first timed step) -> %.4f (last)\n", r.first_loss, r.last_loss);
   out << line;
+  if (r.other_cpu_load) {
+    std::snprintf(line, sizeof line, "machine     other processes used %.2f cores during the timed steps%s\n",
+                  *r.other_cpu_load, *r.other_cpu_load > 0.2 ? " (figures taken under load)" : "");
+    out << line;
+  }
   return out.str();
 }
 

@@ -21,6 +21,7 @@
 
 #include "cqk/token_file.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // The corpus of bad inputs in tests/bad_inputs/ (cases.yaml says what each case
 // runs and the error it must give), run through the `cqk` tool: every one ends
@@ -28,12 +29,17 @@
 // backtrace and nothing written to disk.
 namespace {
 
+using cqk::testing::CommandResult;
+using cqk::testing::folder_entries;
+using cqk::testing::read_file;
+using cqk::testing::run_command;
 using cqk::testing::TempDir;
+using cqk::testing::write_file;
 
 const std::string kCorpus = std::string(CQK_SOURCE_DIR) + "/tests/bad_inputs";
 
 struct Case {
-  std::string name, args, setup, format;
+  std::string name, args, setup;
   std::vector<std::string> expect;
   int log_lines = 0;             // "[hh:mm:ss info|warning]" lines allowed before the error line
   bool during_training = false;  // found by the training loop: the run dir may exist, without checkpoints
@@ -52,7 +58,6 @@ std::vector<Case> load_cases() {
       c.name = node["name"].as<std::string>();
       c.args = node["args"].as<std::string>();
       if (node["setup"]) c.setup = node["setup"].as<std::string>();
-      if (node["format"]) c.format = node["format"].as<std::string>();
       if (node["log_lines"]) c.log_lines = node["log_lines"].as<int>();
       if (node["during_training"]) c.during_training = node["during_training"].as<bool>();
       if (node["skip_as_root"]) c.skip_as_root = node["skip_as_root"].as<bool>();
@@ -78,54 +83,10 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
-
-std::vector<std::string> entries(const std::string& folder) {
-  std::vector<std::string> names;
-  if (DIR* dir = ::opendir(folder.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(dir);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-struct ToolResult {
-  int exit_code = -1;
-  int signal = 0;
-  std::string out, err;
-};
-
 // Runs `cqk ARGS` (through the shell, so ARGS may quote) in `cwd`, one torch thread.
-ToolResult run_tool(const std::string& args, const std::string& cwd, const std::string& scratch) {
-  const std::string err_path = scratch + "/stderr.txt";
-  const std::string command = "cd '" + cwd + "' && CQK_NUM_THREADS=1 " + std::string(CQK_TOOL) + " " + args +
-                              " 2>'" + err_path + "' </dev/null";
-  ToolResult result;
-  std::fflush(nullptr);
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed");
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-  // The shell reports a child killed by a signal as 128 + signal.
-  if (result.exit_code > 128 && result.exit_code < 160) result.signal = result.exit_code - 128;
-  result.err = read_file(err_path);
-  return result;
+CommandResult run_tool(const std::string& args, const std::string& cwd, const std::string& scratch) {
+  return run_command("cd '" + cwd + "' && CQK_NUM_THREADS=1 " + std::string(CQK_TOOL) + " " + args,
+                     scratch + "/stderr.txt");
 }
 
 // --- fixtures ---------------------------------------------------------------------
@@ -209,20 +170,20 @@ void make_trained(const std::string& tmp, const std::string& variant, const std:
   const std::string checkpoints = run + "/checkpoints";
   if (variant.empty()) return;
   if (variant == "corrupt") {
-    for (const auto& name : entries(checkpoints)) {
+    for (const auto& name : folder_entries(checkpoints)) {
       const std::string path = checkpoints + "/" + name;
       std::string bytes = read_file(path);
       bytes[bytes.size() / 2] ^= 0x20;
       write_file(path, bytes);
     }
   } else if (variant == "no-checkpoints") {
-    for (const auto& name : entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
+    for (const auto& name : folder_entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
   } else if (variant == "other-config") {
     // The checkpoints of another run (another width) put in this run's place.
     const std::string other = scratch + "/other";
     train_tiny(other, "--set model.width=64", scratch);
-    for (const auto& name : entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
-    for (const auto& name : entries(other + "/checkpoints"))
+    for (const auto& name : folder_entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
+    for (const auto& name : folder_entries(other + "/checkpoints"))
       write_file(checkpoints + "/" + name, read_file(other + "/checkpoints/" + name));
   } else if (variant == "bad-config") {
     const std::string path = run + "/config.yaml";
@@ -328,13 +289,13 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
   args = replace_all(args, "{dir}", kCorpus);
 
   const Tree before = snapshot(tmp.path());
-  const ToolResult r = run_tool(args, tmp.path(), scratch.path());
+  const CommandResult r = run_tool(args, tmp.path(), scratch.path());
   const Tree after = snapshot(tmp.path());
 
   const std::string shown = "cqk " + args + "\nexit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out +
                             "\nstderr:\n" + r.err;
   ASSERT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\n" << shown;
-  EXPECT_EQ(r.exit_code, c.format == "data" ? 1 : 2) << shown;
+  EXPECT_EQ(r.exit_code, 2) << shown;
   EXPECT_EQ(r.out, "") << shown;
   for (const char* never : {"terminate called", "Exception raised from", "Sanitizer", "runtime error:", "Aborted",
                             "Segmentation fault", "Traceback"})
@@ -348,11 +309,7 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
   for (int i = 0; i < c.log_lines; ++i)
     EXPECT_TRUE(std::regex_match(lines[static_cast<size_t>(i)], log_line)) << lines[static_cast<size_t>(i)];
   const std::string& error = lines.back();
-  if (c.format == "data") {
-    EXPECT_TRUE(std::regex_search(error, std::regex(R"(^\[\d\d:\d\d:\d\d error\] cqk data \w+: )"))) << shown;
-  } else {
-    EXPECT_EQ(error.rfind("cqk: error: ", 0), 0u) << shown;
-  }
+  EXPECT_EQ(error.rfind("cqk: error: ", 0), 0u) << shown;
   for (const auto& fragment : c.expect)
     EXPECT_NE(error.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << error;
 
@@ -374,7 +331,7 @@ TEST(BadInputs, EveryCorpusFileIsUsedOnce) {
   ASSERT_TRUE(cases.front().manifest_error.empty()) << cases.front().manifest_error;
   std::set<std::string> names;
   for (const auto& c : cases) EXPECT_TRUE(names.insert(case_name({c, 0})).second) << "duplicate case " << c.name;
-  for (const auto& file : entries(kCorpus)) {
+  for (const auto& file : folder_entries(kCorpus)) {
     if (file == "cases.yaml") continue;
     const bool used = std::any_of(cases.begin(), cases.end(), [&](const Case& c) {
       return c.args.find("{dir}/" + file + " ") != std::string::npos ||

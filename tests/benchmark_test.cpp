@@ -9,30 +9,16 @@
 
 #include "cqk/benchmark.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // `cqk bench train` end to end (no timing assertions: the fields exist and are
 // sane), and the check that scripts/bench_pytorch.py computes the same function
 // as cqk: the loss of the same weights on the same batch agrees to 1e-5.
 namespace {
 
+using cqk::testing::run_command;
 using cqk::testing::TempDir;
 using nlohmann::json;
-
-struct ToolResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-ToolResult run(const std::string& command) {
-  ToolResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 // The last non-empty line, parsed as JSON (an object with "error" when it is not JSON).
 json last_json_line(const std::string& output) {
@@ -84,16 +70,16 @@ TEST(Benchmark, DatasheetPeakOnlyForKnownGpus) {
 }
 
 TEST(Benchmark, TrainJsonHasEveryField) {
-  const auto r = run(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --warmup 1 --steps 2 --json" + kQuick);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = last_json_line(r.output);
-  ASSERT_FALSE(j.contains("error")) << r.output;
+  const auto r = run_command(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --warmup 1 --steps 2 --json" + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = last_json_line(r.out);
+  ASSERT_FALSE(j.contains("error")) << r.out;
   for (const char* key : {"name", "device", "device_name", "dtype", "threads", "torch_version", "params",
                           "coupling_params", "tokens_per_step", "step_seconds", "step_time_s", "tokens_per_s",
-                          "tokens_per_s_mean", "peak_rss_bytes", "cuda_peak_bytes", "flops_per_token",
+                          "tokens_per_s_mean", "peak_rss_bytes", "cuda_peak_bytes", "other_cpu_load", "flops_per_token",
                           "flops_counting", "achieved_flops", "measured_peak_flops", "mfu_measured",
                           "datasheet_peak_flops", "mfu_datasheet", "first_loss", "last_loss", "config"})
-    EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.output;
+    EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
   for (const char* key : {"median", "min", "max", "p25", "p75", "mean"})
     EXPECT_TRUE(j["step_time_s"].contains(key)) << key;
   EXPECT_EQ(j["name"], "bench-tiny");
@@ -116,15 +102,15 @@ TEST(Benchmark, TrainJsonHasEveryField) {
 }
 
 TEST(Benchmark, TextOutputAndBadArguments) {
-  const auto r = run(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --warmup 0 --steps 1" + kQuick);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("MFU"), std::string::npos) << r.output;
-  const auto bad = run(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --steps 0");
-  EXPECT_NE(bad.exit_code, 0) << bad.output;
-  const auto missing = run(kTool + " bench train /nonexistent.yaml");
-  EXPECT_NE(missing.exit_code, 0) << missing.output;
-  EXPECT_NE(missing.output.find("cqk: error"), std::string::npos) << missing.output;
+  const auto r = run_command(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --warmup 0 --steps 1" + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MFU"), std::string::npos) << r.out;
+  const auto bad = run_command(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --steps 0");
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  const auto missing = run_command(kTool + " bench train /nonexistent.yaml");
+  EXPECT_NE(missing.exit_code, 0) << missing.out;
+  EXPECT_NE(missing.out.find("cqk: error"), std::string::npos) << missing.out;
 }
 
 // cqk's loss and bench_pytorch.py's loss of the dumped weights on the dumped batch.
@@ -132,19 +118,19 @@ void expect_same_loss(const std::string& config, int warmup, bool expect_same_in
   const std::string py = python();
   TempDir dir("cqk-bench");
   const auto dump = dir / "dump";
-  const auto r = run(kTool + " bench train " + kSource + "/configs/" + config + " --warmup " + std::to_string(warmup) +
+  const auto r = run_command(kTool + " bench train " + kSource + "/configs/" + config + " --warmup " + std::to_string(warmup) +
                      " --steps 1 --json --dump " + dump + kQuick);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto check = run(py + " " + kSource + "/scripts/bench_pytorch.py --check-loss " + dump + " --threads 1");
-  const json j = last_json_line(check.output);
-  ASSERT_FALSE(j.contains("error")) << check.output;
-  EXPECT_EQ(check.exit_code, 0) << check.output;
-  EXPECT_LE(j["abs_diff"].get<double>(), 1e-5) << check.output;
-  EXPECT_GT(j["loss_cqk"].get<double>(), 0.0) << check.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto check = run_command(py + " " + kSource + "/scripts/bench_pytorch.py --check-loss " + dump + " --threads 1");
+  const json j = last_json_line(check.out);
+  ASSERT_FALSE(j.contains("error")) << check.out;
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  EXPECT_LE(j["abs_diff"].get<double>(), 1e-5) << check.out;
+  EXPECT_GT(j["loss_cqk"].get<double>(), 0.0) << check.out;
   if (expect_same_init) {
     // Same seed, same draws in the same order: Python's own initialisation is cqk's.
-    ASSERT_TRUE(j.contains("init_max_abs_diff")) << check.output;
-    EXPECT_EQ(j["init_max_abs_diff"].get<double>(), 0.0) << check.output;
+    ASSERT_TRUE(j.contains("init_max_abs_diff")) << check.out;
+    EXPECT_EQ(j["init_max_abs_diff"].get<double>(), 0.0) << check.out;
   }
 }
 

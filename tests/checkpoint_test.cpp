@@ -25,11 +25,16 @@
 #include "cqk/model.h"
 #include "cqk/trainer.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // Checkpoint files: the round trip of model, optimizer, counters and RNG; the
 // header checks that reject a damaged file; the atomic write; resume falling
 // back past a corrupt newest checkpoint; the state dict for Python.
 namespace {
+
+using cqk::testing::folder_entries;
+using cqk::testing::read_file;
+using cqk::testing::write_file;
 
 using cqk::testing::TempDir;
 
@@ -58,27 +63,6 @@ void train_step(cqk::TransformerLM& model, torch::optim::Optimizer& optimizer, i
   optimizer.zero_grad();
   model->loss(tokens, targets).backward();
   optimizer.step();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::vector<std::string> folder_entries(const std::string& folder) {
-  std::vector<std::string> names;
-  if (DIR* dir = ::opendir(folder.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(dir);
-  }
-  return names;
 }
 
 void expect_same_parameters(const torch::nn::Module& a, const torch::nn::Module& b) {

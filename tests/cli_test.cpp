@@ -16,41 +16,24 @@
 
 #include "cqk/sampling.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // The `cqk` tool end to end (train, eval, generate, inspect, error reporting)
 // on one tiny recall run trained once for the suite, and the sampler behind
 // `cqk generate`.
 namespace {
 
-struct ToolResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using cqk::testing::CommandResult;
+using cqk::testing::read_file;
+using cqk::testing::run_command;
 
 // Runs `cqk <args>` with stdout and stderr kept apart.
-ToolResult run_tool(const std::string& args, const std::string& scratch) {
-  const std::string err_path = scratch + "/stderr.txt";
-  const std::string command = std::string(CQK_TOOL) + " " + args + " 2>'" + err_path + "'";
-  ToolResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = read_file(err_path);
-  return result;
+CommandResult run_tool(const std::string& args, const std::string& scratch) {
+  return run_command(std::string(CQK_TOOL) + " " + args, scratch + "/stderr.txt");
 }
 
 // A failing command reports exactly one line "cqk: error: ..." on stderr.
-void expect_one_error_line(const ToolResult& r, const std::string& must_contain) {
+void expect_one_error_line(const CommandResult& r, const std::string& must_contain) {
   EXPECT_NE(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err.rfind("cqk: error: ", 0), 0u) << r.err;

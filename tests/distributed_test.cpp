@@ -18,11 +18,15 @@
 #include <vector>
 
 #include "temp_dir.h"
+#include "test_io.h"
 
 // Data-parallel training on CPU: Gloo ranks on loopback, started with
 // `cqk launch` (which picks a free port), against a single process trained on
 // the same global batch. Each test runs in well under 30 s on two cores.
 namespace {
+
+using cqk::testing::read_file;
+using cqk::testing::shell_quote;
 
 using cqk::testing::TempDir;
 
@@ -44,8 +48,6 @@ CommandResult run(const std::string& command) {
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
-
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // A loopback port that was free a moment ago.
 int free_port() {
@@ -70,18 +72,11 @@ std::string train_arguments(int steps, const std::string& run_dir, const std::st
         "data.recall.train_examples=256", "data.recall.eval_examples=32", "train.warmup_steps=1", "train.eval_every=2",
         "train.eval_batches=1", "train.log_every=1", "train.checkpoint_every=1000", "train.device=cpu"})
     args += std::string(" --set ") + set;
-  return args + " --set train.steps=" + std::to_string(steps) + " --run-dir " + quote(run_dir);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return args + " --set train.steps=" + std::to_string(steps) + " --run-dir " + shell_quote(run_dir);
 }
 
 std::map<std::string, at::Tensor> load_weights(const std::string& path) {
-  const auto bytes = read_text(path);
+  const auto bytes = read_file(path);
   std::map<std::string, at::Tensor> result;
   if (bytes.empty()) return result;
   const auto value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
@@ -177,10 +172,10 @@ TEST(DistributedTraining, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   const std::string model = " --set model.attention.coupling.kind=none --set train.grad_accum=2";
   // Small buckets: several all-reduces per step, started from the backward hooks.
   const std::string env = "env CQK_DIST_TIMEOUT=20 CQK_DIST_BUCKET_MB=0.02 ";
-  const auto single = run(env + "CQK_NUM_THREADS=1 CQK_DIST_DUMP_DIR=" + quote(root / "single") + " " +
+  const auto single = run(env + "CQK_NUM_THREADS=1 CQK_DIST_DUMP_DIR=" + shell_quote(root / "single") + " " +
                           std::string(CQK_TOOL) + train_arguments(steps, root / "single-run", model));
   ASSERT_EQ(single.exit_code, 0) << single.output;
-  const auto ranks = run(env + "CQK_DIST_DUMP_DIR=" + quote(root / "ranks") + " " + std::string(CQK_TOOL) +
+  const auto ranks = run(env + "CQK_DIST_DUMP_DIR=" + shell_quote(root / "ranks") + " " + std::string(CQK_TOOL) +
                          " launch --nproc 2 --" + train_arguments(steps, root / "dist-run", model));
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
   std::printf("[ timing ] one process %.1f s, two ranks %.1f s\n", single.seconds, ranks.seconds);
@@ -207,15 +202,15 @@ TEST(DistributedTraining, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   EXPECT_LE(worst, 1e-5) << worst_name;
 
   // Only rank 0 wrote the run folder; evaluation covered the whole split on both.
-  const auto results = nlohmann::json::parse(read_text(root / "dist-run/results.json"));
-  const auto expected = nlohmann::json::parse(read_text(root / "single-run/results.json"));
+  const auto results = nlohmann::json::parse(read_file(root / "dist-run/results.json"));
+  const auto expected = nlohmann::json::parse(read_file(root / "single-run/results.json"));
   EXPECT_EQ(results["valid"]["tokens"], expected["valid"]["tokens"]);
   EXPECT_EQ(results["test"]["tokens"], expected["test"]["tokens"]);
   EXPECT_NEAR(results["valid"]["loss"].get<double>(), expected["valid"]["loss"].get<double>(),
               1e-5 * expected["valid"]["loss"].get<double>());
   EXPECT_NEAR(results["valid"]["accuracy"].get<double>(), expected["valid"]["accuracy"].get<double>(), 1e-9);
   EXPECT_EQ(results["config_hash"], expected["config_hash"]);
-  EXPECT_EQ(read_text(root / "dist-run/metrics.jsonl").size() > 0, true);
+  EXPECT_EQ(read_file(root / "dist-run/metrics.jsonl").size() > 0, true);
   // Rank 1 stays quiet apart from warnings; rank 0's log reports the overlap.
   EXPECT_EQ(ranks.output.find("[rank 1] [info]"), std::string::npos) << ranks.output;
   EXPECT_NE(ranks.output.find("started during the backward pass"), std::string::npos) << ranks.output;
@@ -248,12 +243,12 @@ TEST(DistributedTraining, RanksWithDifferentConfigsRefuseToStart) {
   const std::string first = "env RANK=0 " + common + train_arguments(2, root / "a") + " --set train.lr=1.0e-3";
   const std::string second = "env RANK=1 " + common + train_arguments(2, root / "b") + " --set train.lr=2.0e-3";
   const auto result =
-      run("(" + first + " > " + quote(root / "out0") + " 2>&1; echo $? > " + quote(root / "rc0") + ") & " + second +
-          " > " + quote(root / "out1") + " 2>&1; echo $? > " + quote(root / "rc1") + "; wait");
-  const auto out0 = read_text(root / "out0"), out1 = read_text(root / "out1");
+      run("(" + first + " > " + shell_quote(root / "out0") + " 2>&1; echo $? > " + shell_quote(root / "rc0") + ") & " + second +
+          " > " + shell_quote(root / "out1") + " 2>&1; echo $? > " + shell_quote(root / "rc1") + "; wait");
+  const auto out0 = read_file(root / "out0"), out1 = read_file(root / "out1");
   std::printf("[ timing ] config mismatch %.1f s\n", result.seconds);
-  EXPECT_NE(std::stoi(read_text(root / "rc0")), 0) << out0;
-  EXPECT_NE(std::stoi(read_text(root / "rc1")), 0) << out1;
+  EXPECT_NE(std::stoi(read_file(root / "rc0")), 0) << out0;
+  EXPECT_NE(std::stoi(read_file(root / "rc1")), 0) << out1;
   EXPECT_NE(out0.find("the ranks disagree on the config: rank 1 has config hash"), std::string::npos) << out0;
   EXPECT_NE(out1.find("the ranks disagree on the config: rank 1 has config hash"), std::string::npos) << out1;
 }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +17,16 @@
 #include "cqk/config_loader.h"
 #include "cqk/parameter_count.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // The paper's grid in configs/wikitext103: every file loads, its model is within
 // 5% of the scale in its path, run names are unique and match the files; and
 // scripts/sweep.sh end to end on a tiny config (skip, resume, stats).
 namespace {
+
+using cqk::testing::read_file;
+using cqk::testing::run_command;
+using cqk::testing::shell_quote;
 
 namespace fs = std::filesystem;
 
@@ -172,49 +178,16 @@ TEST(ExperimentConfigs, EveryRunOfAScaleTrainsOnTheSameTokens) {
 
 // ---- scripts/sweep.sh -------------------------------------------------------
 
-struct Shell {
-  int status = -1;
-  std::string output;
-};
-
-Shell shell(const std::string& command) {
-  Shell result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) result.output += buffer;
-  const int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 int count_of(const std::string& text, const std::string& needle) {
   int n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
 }
 
-TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
-  cqk::testing::TempDir tmp("cqk-sweep-test");
-  // The config lives in tiny/sweep.yaml, so the sweep's folder for it is tiny-sweep.
-  fs::create_directories(tmp / "tiny");
-  const std::string config = tmp / "tiny/sweep.yaml";
-  std::ofstream(config) << "inherit: " << CQK_SOURCE_DIR << "/configs/tiny/recall-vanilla.yaml\n"
-                        << R"(run:
-  name: sweep-tiny
+// A tiny CPU recall config for sweeps: a few seconds per run, one thread.
+std::string tiny_sweep_config(const std::string& name, int steps, int checkpoint_every) {
+  return "inherit: " + std::string(CQK_SOURCE_DIR) + "/configs/tiny/recall-vanilla.yaml\n" + "run:\n  name: " + name +
+         R"(
 model:
   width: 16
   layers: 1
@@ -229,85 +202,141 @@ data:
     train_examples: 64
     eval_examples: 16
 train:
-  steps: 4
   warmup_steps: 1
   eval_every: 100          # never before the final evaluation
   log_every: 1
-  checkpoint_every: 2
   device: cpu
   threads: 1
-)";
+)" + "  steps: " + std::to_string(steps) + "\n  checkpoint_every: " + std::to_string(checkpoint_every) + "\n";
+}
+
+// scripts/sweep.sh on `configs` (shell words) in `dir`, no GPU visible: the jobs run one at a time on the CPU.
+std::string sweep_command(const std::string& dir, const std::string& seeds, const std::string& out,
+                          const std::string& configs) {
+  return "cd " + shell_quote(dir) + " && CUDA_VISIBLE_DEVICES= CQK_BIN=" + shell_quote(CQK_TOOL) + " " +
+         shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh") + " --seeds " + seeds + " --out " +
+         shell_quote(out) + " " + configs;
+}
+
+TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
+  cqk::testing::TempDir tmp("cqk-sweep-test");
+  // The config lives in tiny/sweep.yaml, so the sweep's folder for it is tiny-sweep.
+  fs::create_directories(tmp / "tiny");
+  const std::string config = tmp / "tiny/sweep.yaml";
+  std::ofstream(config) << tiny_sweep_config("sweep-tiny", 4, 2);
   const std::string out = tmp / "sweep";
   const std::string tool = CQK_TOOL;
-  // CUDA_VISIBLE_DEVICES= (empty): no GPU is visible, jobs run one at a time on the CPU.
-  const std::string sweep = "cd " + quote(tmp.path()) + " && CUDA_VISIBLE_DEVICES= CQK_BIN=" + quote(tool) + " " +
-                            quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh") + " --seeds 1,2 --out " +
-                            quote(out) + " " + quote(config);
+  const std::string sweep = sweep_command(tmp.path(), "1,2", out, shell_quote(config));
   const fs::path seed1 = fs::path(out) / "tiny-sweep" / "seed1", seed2 = fs::path(out) / "tiny-sweep" / "seed2";
 
   // An interrupted run of seed 2: two of its four steps, with a checkpoint.
-  const auto paused = shell(quote(tool) + " train " + quote(config) + " --set run.seed=2 --run-dir " +
-                            quote(seed2.string()) + " --max-steps 2");
-  ASSERT_EQ(paused.status, 0) << paused.output;
+  const auto paused = run_command(shell_quote(tool) + " train " + shell_quote(config) + " --set run.seed=2 --run-dir " +
+                            shell_quote(seed2.string()) + " --max-steps 2");
+  ASSERT_EQ(paused.exit_code, 0) << paused.out;
   ASSERT_FALSE(fs::exists(seed2 / "results.json"));
 
-  const auto dry = shell(sweep + " --dry-run");
-  ASSERT_EQ(dry.status, 0) << dry.output;
-  EXPECT_NE(dry.output.find("train tiny-sweep seed 1"), std::string::npos) << dry.output;
-  EXPECT_NE(dry.output.find("resume tiny-sweep seed 2"), std::string::npos) << dry.output;
+  const auto dry = run_command(sweep + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("train tiny-sweep seed 1"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("resume tiny-sweep seed 2"), std::string::npos) << dry.out;
 
-  const auto first = shell(sweep);
-  ASSERT_EQ(first.status, 0) << first.output;
-  EXPECT_NE(first.output.find("train  tiny-sweep seed 1"), std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("resume tiny-sweep seed 2"), std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("2 finished, 0 already finished"), std::string::npos) << first.output;
-  ASSERT_TRUE(fs::exists(seed1 / "results.json")) << read_text(seed1 / "sweep.log");
-  ASSERT_TRUE(fs::exists(seed2 / "results.json")) << read_text(seed2 / "sweep.log");
-  const std::string seed2_log = read_text(seed2 / "sweep.log");
+  const auto first = run_command(sweep);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_NE(first.out.find("train  tiny-sweep seed 1"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("resume tiny-sweep seed 2"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("2 finished, 0 already finished"), std::string::npos) << first.out;
+  ASSERT_TRUE(fs::exists(seed1 / "results.json")) << read_file(seed1 / "sweep.log");
+  ASSERT_TRUE(fs::exists(seed2 / "results.json")) << read_file(seed2 / "sweep.log");
+  const std::string seed2_log = read_file(seed2 / "sweep.log");
   EXPECT_NE(seed2_log.find("--resume"), std::string::npos) << seed2_log;
   EXPECT_NE(seed2_log.find("resumed from"), std::string::npos) << seed2_log;
-  EXPECT_NE(read_text(seed2 / "results.json").find("\"seed\": 2"), std::string::npos);
-  EXPECT_NE(read_text(seed1 / "results.json").find("\"steps\": 4"), std::string::npos);
+  EXPECT_NE(read_file(seed2 / "results.json").find("\"seed\": 2"), std::string::npos);
+  EXPECT_NE(read_file(seed1 / "results.json").find("\"steps\": 4"), std::string::npos);
   // cqk stats ran on the sweep folder: one variant, two seeds.
-  EXPECT_NE(first.output.find("sweep-tiny"), std::string::npos) << first.output;
+  EXPECT_NE(first.out.find("sweep-tiny"), std::string::npos) << first.out;
   EXPECT_TRUE(fs::exists(fs::path(out) / "stats.md"));
   EXPECT_TRUE(fs::exists(fs::path(out) / "stats.csv"));
 
-  const auto results1 = read_text(seed1 / "results.json"), results2 = read_text(seed2 / "results.json");
-  const auto log1 = read_text(seed1 / "sweep.log");
-  const auto second = shell(sweep);
-  ASSERT_EQ(second.status, 0) << second.output;
-  EXPECT_EQ(count_of(second.output, "skip   tiny-sweep seed"), 2) << second.output;
-  EXPECT_NE(second.output.find("0 finished, 2 already finished"), std::string::npos) << second.output;
-  EXPECT_EQ(read_text(seed1 / "results.json"), results1);
-  EXPECT_EQ(read_text(seed2 / "results.json"), results2);
-  EXPECT_EQ(read_text(seed1 / "sweep.log"), log1) << "a finished run was started again";
+  const auto results1 = read_file(seed1 / "results.json"), results2 = read_file(seed2 / "results.json");
+  const auto log1 = read_file(seed1 / "sweep.log");
+  const auto second = run_command(sweep);
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_EQ(count_of(second.out, "skip   tiny-sweep seed"), 2) << second.out;
+  EXPECT_NE(second.out.find("0 finished, 2 already finished"), std::string::npos) << second.out;
+  EXPECT_EQ(read_file(seed1 / "results.json"), results1);
+  EXPECT_EQ(read_file(seed2 / "results.json"), results2);
+  EXPECT_EQ(read_file(seed1 / "sweep.log"), log1) << "a finished run was started again";
+}
+
+// What a researcher runs: two variants (a base and its coupled twin) x three
+// seeds through sweep.sh, the statistics it ends with, and the plots.
+TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
+  cqk::testing::TempDir tmp("cqk-sweep-grid");
+  fs::create_directories(tmp / "tiny");
+  const std::string base = tmp / "tiny/grid.yaml", coupled = tmp / "tiny/grid-affine.yaml";
+  std::ofstream(base) << tiny_sweep_config("grid", 6, 100);
+  std::ofstream(coupled) << "inherit: grid.yaml\nrun:\n  name: grid-affine\nmodel:\n  attention:\n    coupling:\n"
+                            "      kind: affine\n";
+  const std::string out = tmp / "sweep";
+  const auto sweep = run_command(sweep_command(tmp.path(), "1-3", out, shell_quote(base) + " " + shell_quote(coupled)));
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out;
+  EXPECT_NE(sweep.out.find("6 finished, 0 already finished"), std::string::npos) << sweep.out;
+
+  // stats.csv: one row per variant with three seeds, and the automatic pair.
+  const std::string csv = read_file(fs::path(out) / "stats.csv");
+  const std::string md = read_file(fs::path(out) / "stats.md");
+  for (const char* variant : {"grid", "grid-affine"}) {
+    EXPECT_NE(csv.find(std::string("variant,") + variant + ",,test_ppl,3,"), std::string::npos) << csv;
+  }
+  EXPECT_NE(md.find("| grid-affine | grid | 3 vs 3 |"), std::string::npos) << md;
+  EXPECT_NE(csv.find("comparison,grid-affine,grid,"), std::string::npos) << csv;
+  // Three different seeds give three different results: a real spread, not a copy.
+  std::set<std::string> losses;
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::string results = read_file(fs::path(out) / "tiny-grid-affine" / ("seed" + std::to_string(seed)) /
+                                          "results.json");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(results, m, std::regex(R"("valid_ppl": ?([0-9.eE+-]+))"))) << results;
+    losses.insert(m[1]);
+  }
+  EXPECT_EQ(losses.size(), 3u);
+
+  const std::string python = CQK_PYTHON;
+  if (python.empty() || ::access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no Python with matplotlib for the plots";
+  const auto plots = run_command(shell_quote(python) + " " + shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/plot_runs.py") + " " +
+                           shell_quote(out) + " --out " + shell_quote(tmp / "plots"));
+  ASSERT_EQ(plots.exit_code, 0) << plots.out;
+  for (const char* png : {"loss_vs_tokens.png", "ppl_bars.png"}) {
+    const std::string bytes = read_file(tmp / "plots/" + png);
+    ASSERT_GT(bytes.size(), 1000u) << png;
+    EXPECT_EQ(bytes.substr(1, 3), "PNG") << png;
+  }
 }
 
 TEST(Sweep, RejectsBadUsage) {
-  const std::string script = quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh");
-  EXPECT_EQ(shell(script).status, 2);
-  EXPECT_EQ(shell(script + " --seeds x " + quote(kGrid.string() + "/60m/vanilla.yaml")).status, 2);
-  EXPECT_EQ(shell(script + " --set run.seed=3 " + quote(kGrid.string() + "/60m/vanilla.yaml")).status, 2);
-  EXPECT_EQ(shell(script + " /no/such/config.yaml").status, 2);
+  const std::string script = shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh");
+  EXPECT_EQ(run_command(script).exit_code, 2);
+  EXPECT_EQ(run_command(script + " --seeds x " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
+  EXPECT_EQ(run_command(script + " --set run.seed=3 " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
+  EXPECT_EQ(run_command(script + " /no/such/config.yaml").exit_code, 2);
   // Two configs that would share a run folder.
   cqk::testing::TempDir tmp("cqk-sweep-usage");
   fs::create_directories(tmp / "a/x");
   fs::create_directories(tmp / "b/x");
   std::ofstream(tmp / "a/x/c.yaml") << "run: {name: a}\n";
   std::ofstream(tmp / "b/x/c.yaml") << "run: {name: b}\n";
-  const auto clash = shell(script + " --dry-run " + quote(tmp / "a/x/c.yaml") + " " + quote(tmp / "b/x/c.yaml"));
-  EXPECT_EQ(clash.status, 2);
-  EXPECT_NE(clash.output.find("both map to run folder"), std::string::npos) << clash.output;
+  const auto clash = run_command(script + " --dry-run " + shell_quote(tmp / "a/x/c.yaml") + " " + shell_quote(tmp / "b/x/c.yaml"));
+  EXPECT_EQ(clash.exit_code, 2);
+  EXPECT_NE(clash.out.find("both map to run folder"), std::string::npos) << clash.out;
 }
 
 TEST(Sweep, DryRunListsTheGridOfAScale) {
-  const auto dry = shell("CUDA_VISIBLE_DEVICES= " + quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh") +
-                         " --dry-run --seeds 1-3 --out /nonexistent/sweep " + quote((kGrid / "150m").string()));
-  ASSERT_EQ(dry.status, 0) << dry.output;
-  EXPECT_NE(dry.output.find("42 runs (14 configs x 3 seeds)"), std::string::npos) << dry.output;
-  EXPECT_NE(dry.output.find("150m-diff-affine seed 3"), std::string::npos) << dry.output;
-  EXPECT_EQ(dry.output.find("150m-base"), std::string::npos) << dry.output;
+  const auto dry = run_command("CUDA_VISIBLE_DEVICES= " + shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/sweep.sh") +
+                         " --dry-run --seeds 1-3 --out /nonexistent/sweep " + shell_quote((kGrid / "150m").string()));
+  ASSERT_EQ(dry.exit_code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("42 runs (14 configs x 3 seeds)"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("150m-diff-affine seed 3"), std::string::npos) << dry.out;
+  EXPECT_EQ(dry.out.find("150m-base"), std::string::npos) << dry.out;
 }
 
 }  // namespace

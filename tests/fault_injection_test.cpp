@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "temp_dir.h"
+#include "test_io.h"
 
 // Faults injected into a running `cqk train` (a separate process, one torch
 // thread so that every run is bitwise reproducible): SIGINT and SIGTERM save a
@@ -29,6 +30,9 @@
 // checkpoint write. After each, `cqk train --resume` ends with parameters
 // bitwise equal to those of an uninterrupted run: no run is lost.
 namespace {
+
+using cqk::testing::folder_entries;
+using cqk::testing::read_file;
 
 using cqk::testing::TempDir;
 using Clock = std::chrono::steady_clock;
@@ -55,35 +59,17 @@ std::vector<std::string> train_args(const std::string& run_dir) {
 
 std::vector<std::string> resume_args(const std::string& run_dir) { return {"--threads", "1", "train", "--resume", run_dir}; }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::vector<std::string> entries(const std::string& folder) {
-  std::vector<std::string> names;
-  if (DIR* dir = ::opendir(folder.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(dir);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // Checkpoint files (not temporaries) of a run, oldest first.
 std::vector<std::string> checkpoints(const std::string& run_dir) {
   std::vector<std::string> found;
-  for (const auto& name : entries(run_dir + "/checkpoints"))
+  for (const auto& name : folder_entries(run_dir + "/checkpoints"))
     if (name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0) found.push_back(name);
   return found;
 }
 
 std::vector<std::string> temporaries(const std::string& run_dir) {
   std::vector<std::string> found;
-  for (const auto& name : entries(run_dir + "/checkpoints"))
+  for (const auto& name : folder_entries(run_dir + "/checkpoints"))
     if (name.find(".tmp.") != std::string::npos) found.push_back(name);
   return found;
 }

@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "../fuzz/entry_points.h"
+#include "test_io.h"
 
 // Every input the fuzzers kept (fuzz/corpus/<target>/, minimised) and every
 // input that once broke a contract (fuzz/crashes/<target>/), replayed through
 // the fuzz targets' own entry points in the normal test binary, so CI covers
 // them without clang or libFuzzer (scripts/fuzz.sh, docs/RELIABILITY.md).
 namespace {
+
+using cqk::testing::read_file;
 
 const std::string kFuzz = std::string(CQK_SOURCE_DIR) + "/fuzz";
 
@@ -29,11 +32,6 @@ std::vector<std::string> files_in(const std::string& folder) {
   }
   std::sort(paths.begin(), paths.end());
   return paths;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 template <typename Entry>

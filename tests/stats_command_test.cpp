@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cqk/sweep_results.h"
+#include "test_io.h"
 
 // `cqk stats` end to end on run folders the test writes, plus the run
 // discovery and pairing rules behind it. Expected statistics come from scipy
@@ -23,13 +24,13 @@
 // computed once by hand on the perplexities below.
 namespace {
 
+using cqk::testing::CommandResult;
+using cqk::testing::read_file;
+using cqk::testing::run_command;
+using cqk::testing::shell_quote;
+
 namespace fs = std::filesystem;
 namespace sweep = cqk::sweep;
-
-struct ToolResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
 
 class StatsCommand : public ::testing::Test {
  protected:
@@ -81,29 +82,14 @@ class StatsCommand : public ::testing::Test {
     write_run(root_ / "sweep" / "vanilla-150m-s2", "vanilla-150m", 2);
   }
 
-  ToolResult run_tool(const std::string& args) const {
-    const std::string command = std::string(CQK_TOOL) + " stats " + args + " 2>&1";
-    ToolResult result;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return result;
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
-    const int status = ::pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
+  CommandResult run_tool(const std::string& args) const {
+    return run_command(std::string(CQK_TOOL) + " stats " + args);
   }
 
-  std::string path(const fs::path& p) const { return "'" + p.string() + "'"; }
+  std::string path(const fs::path& p) const { return shell_quote(p.string()); }
 
   fs::path root_;
 };
-
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::vector<std::string> split(const std::string& line) {
   std::vector<std::string> fields;
@@ -140,18 +126,18 @@ TEST_F(StatsCommand, PrintsVariantsAndPairsCoupledVariantsWithTheirBase) {
   const auto csv = root_ / "stats.csv";
   const auto md = root_ / "stats.md";
   const auto r = run_tool(path(root_ / "sweep") + " --csv " + path(csv) + " --markdown " + path(md));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
 
-  EXPECT_NE(r.output.find("| diff-150m | 3 | 21.200 ± 0.200 | 22.333 ± 0.306 |"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("| diff-affine-150m | 3 | 20.667 ± 0.208 | 21.733 ± 0.252 |"), std::string::npos);
-  EXPECT_NE(r.output.find("| vanilla-150m | 2 | 23.250 ± 0.354 | 24.200 ± 0.283 |"), std::string::npos);
-  EXPECT_NE(r.output.find("vanilla-150m-s2"), std::string::npos) << "the unfinished run is listed";
+  EXPECT_NE(r.out.find("| diff-150m | 3 | 21.200 ± 0.200 | 22.333 ± 0.306 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| diff-affine-150m | 3 | 20.667 ± 0.208 | 21.733 ± 0.252 |"), std::string::npos);
+  EXPECT_NE(r.out.find("| vanilla-150m | 2 | 23.250 ± 0.354 | 24.200 ± 0.283 |"), std::string::npos);
+  EXPECT_NE(r.out.find("vanilla-150m-s2"), std::string::npos) << "the unfinished run is listed";
   // Automatic pairing; one comparison, so Bonferroni leaves the one-sided p as it is.
-  EXPECT_NE(r.output.find("| diff-affine-150m | diff-150m | 3 vs 3 | -0.533 | -3.200 | 3.99 | 0.0165 | 0.0330 | "
+  EXPECT_NE(r.out.find("| diff-affine-150m | diff-150m | 3 vs 3 | -0.533 | -3.200 | 3.99 | 0.0165 | 0.0330 | "
                           "-2.085 | 0.0165 | * |"),
             std::string::npos)
-      << r.output;
-  EXPECT_EQ(read_file(md), r.output);
+      << r.out;
+  EXPECT_EQ(read_file(md), r.out);
 
   const auto row = csv_row(read_file(csv), "comparison,diff-affine-150m,diff-150m");
   EXPECT_EQ(row.at("metric"), "valid_ppl");
@@ -174,7 +160,7 @@ TEST_F(StatsCommand, ExplicitPairsAreBonferroniCorrected) {
   const auto csv = root_ / "stats.csv";
   const auto r = run_tool(path(root_ / "sweep") + " --metric test_ppl --compare diff-affine-150m:diff-150m" +
                           " --compare vanilla-150m:diff-150m --csv " + path(csv));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string text = read_file(csv);
 
   const auto coupled = csv_row(text, "comparison,diff-affine-150m,diff-150m");
@@ -200,26 +186,26 @@ TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.output.find("--compare 'diff-affine-150m:nope': unknown variant 'nope'"), std::string::npos)
-      << unknown.output;
-  EXPECT_EQ(std::count(unknown.output.begin(), unknown.output.end(), '\n'), 1) << unknown.output;
+  EXPECT_NE(unknown.out.find("--compare 'diff-affine-150m:nope': unknown variant 'nope'"), std::string::npos)
+      << unknown.out;
+  EXPECT_EQ(std::count(unknown.out.begin(), unknown.out.end(), '\n'), 1) << unknown.out;
 
   const auto bad_pair = run_tool(path(root_ / "sweep") + " --compare vanilla-150m:diff-150m --compare x");
   EXPECT_EQ(bad_pair.exit_code, 2);
-  EXPECT_NE(bad_pair.output.find("expected VARIANT:BASE"), std::string::npos) << bad_pair.output;
+  EXPECT_NE(bad_pair.out.find("expected VARIANT:BASE"), std::string::npos) << bad_pair.out;
 
   const auto bad = write_run(root_ / "sweep" / "broken", "broken", 0);
   std::ofstream(bad / "results.json") << R"({"name": "broken", "seed": 0, "valid_ppl": )";
   const auto malformed = run_tool(path(root_ / "sweep"));
   EXPECT_EQ(malformed.exit_code, 2);
-  EXPECT_NE(malformed.output.find((bad / "results.json").string() + ": [json.exception.parse_error"),
+  EXPECT_NE(malformed.out.find((bad / "results.json").string() + ": [json.exception.parse_error"),
             std::string::npos)
-      << malformed.output;
+      << malformed.out;
 
   write_run(root_ / "empty" / "r0", "unfinished", 0);
   const auto none = run_tool(path(root_ / "empty"));
   EXPECT_EQ(none.exit_code, 2);
-  EXPECT_NE(none.output.find("no results.json found under"), std::string::npos) << none.output;
+  EXPECT_NE(none.out.find("no results.json found under"), std::string::npos) << none.out;
 }
 
 TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {

@@ -20,8 +20,12 @@
 #include "cqk/text_corpus.h"
 #include "cqk/token_file.h"
 #include "cqk/tokenizer.h"
+#include "test_io.h"
 
 namespace {
+
+using cqk::testing::read_file;
+using cqk::testing::shell_quote;
 namespace fs = std::filesystem;
 
 struct TempDir {
@@ -73,21 +77,14 @@ void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Runs a shell command; returns its exit status and sets `output` to stdout+stderr.
 int run(const std::string& command, std::string* output = nullptr) {
   TempDir dir;
   const auto log = dir.path / "out.txt";
   const int status = std::system((command + " >" + log.string() + " 2>&1").c_str());
-  if (output) *output = read_text(log);
+  if (output) *output = read_file(log);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
-
-std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 // A tiny model trained once for the whole file.
 const fs::path& tiny_model() {
@@ -146,7 +143,7 @@ TEST(Tokenizer, EncodeDecodeRoundTripWithByteFallback) {
 
 TEST(Tokenizer, ChecksumIsFnv1aOfTheModelFile) {
   const cqk::Tokenizer tokenizer(tiny_model().string());
-  const auto bytes = read_text(tiny_model());
+  const auto bytes = read_file(tiny_model());
   EXPECT_EQ(tokenizer.checksum(), cqk::fnv1a64(bytes.data(), bytes.size()));
   EXPECT_EQ(tokenizer.checksum(), cqk::file_checksum(tiny_model().string()));
   EXPECT_EQ(cqk::fnv1a64("", 0), cqk::kFnv1aOffset);
@@ -246,7 +243,7 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
     EXPECT_EQ(file.vocab_size(), 500);
     std::vector<int32_t> ids(static_cast<std::size_t>(file.size()));
     file.read(0, file.size(), ids.data());
-    std::string text = read_text(corpus / ("wiki." + std::string(split) + ".raw"));
+    std::string text = read_file(corpus / ("wiki." + std::string(split) + ".raw"));
     if (text.back() != '\n') text += '\n';  // every encoded line ends with the newline token
     EXPECT_EQ(tokenizer.decode(std::vector<int>(ids.begin(), ids.end())), text) << split;
   }
@@ -298,7 +295,7 @@ TEST(DataScript, VerifiesAndUnpacksAnArchive) {
                 &output),
             0)
       << output;
-  EXPECT_EQ(read_text(dest / "wiki.valid.raw"), " = valid = \n text\n");
+  EXPECT_EQ(read_file(dest / "wiki.valid.raw"), " = valid = \n text\n");
   const auto corpus = cqk::detect_corpus(dest.string());
   EXPECT_EQ(corpus.format, "wikitext-raw");
   // No temporary folder is left next to the destination.

@@ -20,10 +20,14 @@
 #include "cqk/model.h"
 #include "cqk/trainer.h"
 #include "temp_dir.h"
+#include "test_io.h"
 
 // cqk::train end to end on a tiny recall model (a second or two per run on one
 // thread): exact resume, the run folder, refusing to clobber a run, divergence.
 namespace {
+
+using cqk::testing::folder_entries;
+using cqk::testing::read_file;
 
 using cqk::testing::TempDir;
 
@@ -46,23 +50,6 @@ cqk::TrainOptions in_dir(const TempDir& dir, int64_t max_steps = 0, bool resume 
   options.max_steps = max_steps;
   options.resume = resume;
   return options;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::vector<std::string> folder_entries(const std::string& folder) {
-  std::vector<std::string> names;
-  if (DIR* dir = ::opendir(folder.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(dir);
-  }
-  return names;
 }
 
 std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {

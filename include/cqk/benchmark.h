@@ -46,8 +46,12 @@ struct BenchResult {
   double tokens_per_s = 0;          // tokens_per_step / median step time
   double tokens_per_s_mean = 0;     // timed tokens / total timed time
   double first_loss = 0, last_loss = 0;
-  int64_t peak_rss_bytes = 0;       // process high-water mark (getrusage), whole run
+  int64_t peak_rss_bytes = 0;       // process RSS high-water mark over the timed steps (includes
+                                    // the model, optimizer state and libraries resident by then)
   std::optional<int64_t> cuda_peak_bytes;  // caching allocator peak over the timed steps
+  // Cores' worth of CPU other processes used during the timed steps (/proc/stat
+  // machine busy time minus this process's CPU time); well above 0: taken under load.
+  std::optional<double> other_cpu_load;
   double flops_per_token = 0;       // TransformerLM::flops_per_token: 6N + 12 L d T
   double achieved_flops = 0;        // tokens_per_s * flops_per_token
   double measured_peak_flops = 0;   // measure_matmul_flops in the training dtype
@@ -86,8 +90,11 @@ std::string describe(const BenchComparison& comparison);
 // The config fields the PyTorch reference needs, as JSON (sections as in YAML).
 std::string config_json(const Config& config);
 
-// Peak resident set size of this process in bytes (getrusage ru_maxrss).
+// Peak resident set size of this process in bytes: VmHWM of /proc/self/status
+// (getrusage's ru_maxrss where that is missing).
 int64_t peak_rss_bytes();
+// Lowers the peak to the current RSS (Linux /proc/self/clear_refs); false when not possible.
+bool reset_peak_rss();
 
 // Dense datasheet peak FLOP/s of a GPU by name for a dtype ("bf16" or "fp32"),
 // with its source; nullopt for an unknown device.

@@ -8,8 +8,58 @@
 #include "commands.h"
 #include "cqk/benchmark.h"
 #include "cqk/config_loader.h"
+#include "cqk/data_benchmark.h"
 
 namespace cqk::cli {
+namespace {
+
+// `cqk bench data`: tokenizer training, encoding and loader throughput, with the
+// loader's rate as a multiple of a reference model's training rate.
+void add_bench_data_command(CLI::App& bench) {
+  struct Arguments {
+    DataBenchOptions options;
+    std::string training_config;
+    std::vector<std::string> overrides;
+    bool no_training = false;
+    bool json = false;
+  };
+  auto args = std::make_shared<Arguments>();
+  auto* data = bench.add_subcommand(
+      "data", "Time tokenizer training, encoding and the token loader (tokens/s), and compare the loader with training");
+  data->add_option("--input", args->options.input, "Corpus folder (WikiText layout) or one text file")->required();
+  data->add_option("--tokenizer", args->options.tokenizer, "Encode with this .model instead of training one");
+  data->add_option("--vocab-size", args->options.vocab_size, "Pieces of the tokenizer trained here")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 24));
+  data->add_option("--jobs", args->options.jobs, "Tokenizer and encoding threads (default: all available cores)");
+  data->add_option("--work-dir", args->options.work_dir, "Keep the tokenizer and token files here (default: a "
+                                                         "temporary folder, removed)");
+  data->add_option("--seq-len", args->options.seq_len, "Loader window length")->capture_default_str()->check(CLI::PositiveNumber);
+  data->add_option("--batch-size", args->options.batch_size, "Loader batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  data->add_option("--batches", args->options.batches, "Batches drawn per loader measurement")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  data->add_option("--prefetch", args->options.prefetch, "Batches the prefetch thread keeps ready")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  data->add_option("--train-config", args->training_config,
+                   "Reference model whose training tokens/s the loader is compared with (default: the embedded config)");
+  data->add_option("--set", args->overrides, "Override a key of the reference config")->type_name("KEY=VALUE");
+  data->add_option("--train-steps", args->options.training_steps, "Timed training steps of the reference")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  data->add_flag("--no-training", args->no_training, "Skip the training reference");
+  data->add_flag("--json", args->json, "Print one JSON object instead of text");
+  data->callback([args] {
+    if (!args->no_training)
+      args->options.training = args->training_config.empty() ? default_config(args->overrides)
+                                                             : load_config(args->training_config, args->overrides);
+    const auto result = benchmark_data(args->options);
+    std::cout << (args->json ? to_json(result) + "\n" : describe(result)) << std::flush;
+  });
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app) {
   struct Arguments {
@@ -56,6 +106,7 @@ void add_bench_command(CLI::App& app) {
     else
       std::cout << describe(result) << std::flush;
   });
+  add_bench_data_command(*bench);
 }
 
 }  // namespace cqk::cli

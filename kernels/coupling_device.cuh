@@ -1,0 +1,127 @@
+#pragma once
+// Device-side pieces shared by the fused coupling kernels (fused_coupling.cu)
+// and the flash coupled-attention kernels (fused_attention.cu): element I/O of
+// 8 channels, the warp-shuffle Reduce of coupling_math.cuh's lane drivers, the
+// shared-memory weight views and their packing, and the device query of the
+// host launchers. CUDA only (nvcc), no torch.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "coupling_math.cuh"
+#include "fused_coupling.h"
+
+namespace cqk::kernels {
+
+// ---------------------------------------------------------------------------
+// Element I/O: 8 consecutive channels of a row, to and from float32 registers.
+
+__device__ __forceinline__ void load8(const float* __restrict__ p, float (&v)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* __restrict__ p, float (&v)[8]) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  __nv_bfloat162 pairs[4];
+  memcpy(pairs, &u, sizeof(u));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void store8(float* __restrict__ p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* __restrict__ p, const float (&v)[8]) {
+  __nv_bfloat162 pairs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  uint4 u;
+  memcpy(&u, pairs, sizeof(u));
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+__device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
+  *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+}
+
+// ---------------------------------------------------------------------------
+// The Reduce and Sink of coupling_math.cuh's lane drivers, GPU versions.
+
+// Sums over the L lanes of a group (aligned runs of L lanes of a warp). The xor
+// butterfly leaves the same bits in every lane (a + b == b + a).
+template <int L>
+struct ShuffleReduce {
+  template <int N>
+  CQK_HOST_DEVICE void operator()(float (&v)[N]) const {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+    for (int offset = L / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    }
+#endif
+  }
+};
+
+template <int D, int R>
+struct SmemViews {
+  const float* base;
+  CQK_HOST_DEVICE PackedStepView<D, R> operator()(int i) const {
+    return PackedStepView<D, R>{base + i * PackedStepLayout<D, R>::kFloats};
+  }
+};
+
+// Packs one group's weights of every step into shared memory (PackedStepLayout),
+// the whole block in parallel; the caller synchronises.
+template <int D, int R>
+__device__ void pack_weights(float* smem, const AffineCouplingParams& p, int64_t group) {
+  using Layout = PackedStepLayout<D, R>;
+  for (int s = 0; s < p.num_steps; ++s) {
+    const AffineStepWeights w{p.w1[s] + group * R * D, p.b1[s] + group * R, p.w2[s] + group * 2 * D * R,
+                              p.b2[s] + group * 2 * D};
+    for (int o = threadIdx.x; o < Layout::kFloats; o += blockDim.x) smem[s * Layout::kFloats + o] = Layout::gather(w, o);
+  }
+}
+// ---------------------------------------------------------------------------
+// Host side: what the launchers need to know about the current device.
+
+struct DeviceInfo {
+  int multiprocessors = 0;
+  int smem_optin = 0;  // bytes a block may use after opting in
+};
+
+inline bool query_device(DeviceInfo& info) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // clear it: this is a question, not a failure
+    return false;
+  }
+  static std::mutex mutex;
+  static std::unordered_map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    DeviceInfo fresh;
+    if (cudaDeviceGetAttribute(&fresh.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&fresh.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    it = cache.emplace(device, fresh).first;
+  }
+  info = it->second;
+  return true;
+}
+
+}  // namespace cqk::kernels

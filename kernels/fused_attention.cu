@@ -1,0 +1,526 @@
+// Flash-style coupled attention, causal: forward and backward. The math is
+// flash_math.cuh (online softmax, backward pieces) and coupling_math.cuh (the
+// coupling per lane), both also compiled and tested on the CPU; this file is
+// the tiling and the CUDA plumbing.
+//
+// A block of 256 threads owns one (batch, head) and one tile of 64 rows. Tiles
+// of q or k are coupled as they are loaded: a token's D channels over L = D/8
+// lanes, as in fused_coupling.cu, every step in registers with the head's
+// weights packed in shared memory, then RoPE (the partner channel is in lane
+// l ^ L/2: one shuffle), then the tile goes to shared memory in float32. Only
+// the steps that change the needed vector run (steps_for_keys/_queries).
+// Scores, probabilities and products are SIMT float32: thread (ty, tx) =
+// (tid / 16, tid % 16) owns rows 4ty..4ty+3 and columns tx + 16c of each
+// 64 x 64 score tile and of each 64 x D accumulator; a row's 16 threads share
+// one half-warp and reduce with xor butterflies (identical bits in each).
+//
+// Forward: grid (query tiles, batch * heads), longest rows first; per key tile
+// up to the diagonal: couple K, load V, S = Q K^T, online softmax, O += P V.
+// Backward: grid (key tiles, batch * heads); per key tile, dK and dV stay in
+// registers while the block walks the query tiles that see it; dQ goes to a
+// float32 buffer with atomicAdd. RoPE's transpose is applied in registers (a
+// column's partner column is owned by the same thread), so the outputs are
+// gradients with respect to the coupling's outputs.
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "coupling_device.cuh"
+#include "flash_math.cuh"
+#include "fused_attention.h"
+
+namespace cqk::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowThreads = 16;                               // threads sharing a score row
+constexpr int kRowsPerThread = kFlashQueryTile / kRowThreads;  // 4
+static_assert(kFlashQueryTile == kFlashKeyTile && kFlashQueryTile == (kThreads / kRowThreads) * kRowsPerThread,
+              "the thread grid covers one 64 x 64 tile");
+constexpr int kTile = kFlashQueryTile;
+constexpr int kScoreStride = kTile + 1;  // padded rows of the score tiles: no bank conflicts down a column
+
+// Padded rows of the [64][D] tiles.
+template <int D>
+__host__ __device__ constexpr int row_stride() {
+  return D + 1;
+}
+
+struct FlashGeometry {
+  int64_t batch, heads, time;
+};
+
+__device__ __forceinline__ int64_t strided_row(const RowStrides& s, int64_t b, int64_t h, int64_t t) {
+  return b * s.batch + h * s.head + t * s.time;
+}
+
+__device__ __forceinline__ void store1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// Sum / max over the 16 threads of a score row (one half-warp).
+__device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int offset = kRowThreads / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float row_max(float v) {
+#pragma unroll
+  for (int offset = kRowThreads / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// RoPE of a lane's 8 channels at position t (partner channels in lane l ^ L/2).
+template <int D>
+__device__ __forceinline__ void rope_lane(float (&x)[kLaneChannels], int64_t t, int c0, const RopeTables& rope) {
+  constexpr int L = D / kLaneChannels, Half = D / 2;
+  float partner[kLaneChannels];
+#pragma unroll
+  for (int i = 0; i < kLaneChannels; ++i) partner[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
+  const bool upper = c0 >= Half;
+  const int64_t f0 = t * Half + (upper ? c0 - Half : c0);
+#pragma unroll
+  for (int i = 0; i < kLaneChannels; ++i) x[i] = rope_channel(x[i], partner[i], rope.cos[f0 + i], rope.sin[f0 + i], upper);
+}
+
+// Couples tokens t0 .. t0+63 of head (b, h) and writes q'' (Queries) or k''
+// times `scale` into tile[64][D+1]. Rows past the end are zero. Every thread
+// of the block calls it (the lanes shuffle).
+template <int D, int R, class T, bool Queries>
+__device__ void load_coupled_tile(const CoupledAttentionInputs& in, const FlashGeometry& g, const SmemViews<D, R>& views,
+                                  int64_t b, int64_t h, int64_t t0, float scale, float* tile) {
+  constexpr int L = D / kLaneChannels, G = kThreads / L;
+  const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
+  const T* q = static_cast<const T*>(in.q);
+  const T* k = static_cast<const T*>(in.k);
+  const int steps = Queries ? steps_for_queries(in.coupling.num_steps) : steps_for_keys(in.coupling.num_steps);
+  for (int r0 = 0; r0 < kTile; r0 += G) {
+    const int row = r0 + slot;
+    const int64_t t = t0 + row;
+    const bool valid = t < g.time;
+    const int64_t tc = valid ? t : g.time - 1;  // whole lane groups keep shuffling
+    float qv[kLaneChannels], kv[kLaneChannels];
+    load8(q + strided_row(in.q_strides, b, h, tc) + c0, qv);
+    load8(k + strided_row(in.k_strides, b, h, tc) + c0, kv);
+    lane_coupling_forward<R, kLaneChannels>(views, steps, in.coupling.clamp, c0, qv, kv, ShuffleReduce<L>{});
+    float(&x)[kLaneChannels] = *(Queries ? &qv : &kv);
+    if (in.rope.cos) rope_lane<D>(x, tc, c0, in.rope);
+#pragma unroll
+    for (int i = 0; i < kLaneChannels; ++i) tile[row * row_stride<D>() + c0 + i] = valid ? x[i] * scale : 0.0f;
+  }
+}
+
+// Rows t0 .. t0+63 of a [b, h, t, D] tensor into tile[64][D+1]; rows past the end are zero.
+template <int D, class T>
+__device__ void load_tile(const T* x, const RowStrides& s, const FlashGeometry& g, int64_t b, int64_t h, int64_t t0,
+                          float* tile) {
+  constexpr int L = D / kLaneChannels;
+  for (int item = threadIdx.x; item < kTile * L; item += kThreads) {
+    const int row = item / L, c0 = (item % L) * kLaneChannels;
+    const int64_t t = t0 + row;
+    float v[kLaneChannels] = {};
+    if (t < g.time) load8(x + strided_row(s, b, h, t) + c0, v);
+#pragma unroll
+    for (int i = 0; i < kLaneChannels; ++i) tile[row * row_stride<D>() + c0 + i] = v[i];
+  }
+}
+
+// a[r][c] = sum_d A[4ty + r][d] B[tx + 16c][d] over two [64][D+1] tiles.
+template <int D>
+__device__ __forceinline__ void tile_dot(const float* a, const float* b, float (&out)[kRowsPerThread][4]) {
+  const int ty = threadIdx.x / kRowThreads, tx = threadIdx.x % kRowThreads;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) out[r][c] = 0.0f;
+#pragma unroll 4
+  for (int d = 0; d < D; ++d) {
+    float av[kRowsPerThread], bv[4];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) av[r] = a[(ty * kRowsPerThread + r) * row_stride<D>() + d];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) bv[c] = b[(tx + kRowThreads * c) * row_stride<D>() + d];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) out[r][c] += av[r] * bv[c];
+  }
+}
+
+// Bytes of the packed weights, rounded to 16.
+__host__ __device__ constexpr int64_t weight_floats(int64_t d, int64_t r, int64_t steps) {
+  return (steps * (3 * d * r + r + 2 * d) + 3) / 4 * 4;
+}
+
+template <int D, int R>
+__device__ const float* pack_head_weights(float* smem, const CoupledAttentionInputs& in, int64_t h) {
+  pack_weights<D, R>(smem, in.coupling, in.coupling.shared_across_heads ? 0 : h);
+  return smem;
+}
+
+// ---------------------------------------------------------------------------
+// Forward.
+
+template <int D, int R, class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(CoupledAttentionInputs in, FlashGeometry g, T* __restrict__ o, float* __restrict__ lse2) {
+  constexpr int S = row_stride<D>(), C = D / kRowThreads;
+  extern __shared__ __align__(16) float smem[];
+  float* qt = smem + weight_floats(D, R, in.coupling.num_steps);
+  float* kt = qt + kTile * S;
+  float* vt = kt + kTile * S;
+  float* pt = vt + kTile * S;
+  const int64_t b = blockIdx.y / g.heads, h = blockIdx.y % g.heads;
+  const int64_t tile = gridDim.x - 1 - blockIdx.x;  // the longest rows start first
+  const SmemViews<D, R> views{pack_head_weights<D, R>(smem, in, h)};
+  __syncthreads();
+  load_coupled_tile<D, R, T, true>(in, g, views, b, h, tile * kTile, in.softmax_scale * kLog2e, qt);
+
+  const int ty = threadIdx.x / kRowThreads, tx = threadIdx.x % kRowThreads;
+  float acc[kRowsPerThread][C] = {};
+  SoftmaxRow rows[kRowsPerThread];
+  const int64_t key_tiles = causal_key_tiles(tile, g.time);
+  for (int64_t j = 0; j < key_tiles; ++j) {
+    __syncthreads();  // the previous tile's readers are done with kt, vt, pt
+    load_coupled_tile<D, R, T, false>(in, g, views, b, h, j * kTile, 1.0f, kt);
+    load_tile<D>(static_cast<const T*>(in.v), in.v_strides, g, b, h, j * kTile, vt);
+    __syncthreads();
+    float s[kRowsPerThread][4];
+    tile_dot<D>(qt, kt, s);
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int64_t query = tile * kTile + ty * kRowsPerThread + r;
+      bool visible[4];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t key = j * kTile + tx + kRowThreads * c;
+        visible[c] = causal_visible(query, key) && key < g.time;
+        if (visible[c]) tile_max = fmaxf(tile_max, s[r][c]);
+      }
+      const float factor = softmax_rescale(rows[r], row_max(tile_max));
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float p = softmax_weight(rows[r], s[r][c], visible[c]);
+        tile_sum += p;
+        pt[(ty * kRowsPerThread + r) * kScoreStride + tx + kRowThreads * c] = p;
+      }
+      softmax_accumulate(rows[r], row_sum(tile_sum));
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] *= factor;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int key = 0; key < kTile; ++key) {
+      float vv[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) vv[c] = vt[key * S + tx + kRowThreads * c];
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const float p = pt[(ty * kRowsPerThread + r) * kScoreStride + key];
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[r][c] += p * vv[c];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int64_t query = tile * kTile + ty * kRowsPerThread + r;
+    if (query >= g.time) continue;
+    const int64_t row = blockIdx.y * g.time + query;
+    const float norm = softmax_normaliser(rows[r]);
+#pragma unroll
+    for (int c = 0; c < C; ++c) store1(o + row * D + tx + kRowThreads * c, acc[r][c] * norm);
+    if (tx == 0) lse2[row] = softmax_lse2(rows[r]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward.
+
+// delta[row] = grad_o[row] . o[row], L lanes per row.
+template <int D, class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_delta_kernel(const T* __restrict__ o, const T* __restrict__ grad_o, RowStrides gos, FlashGeometry g,
+                       float* __restrict__ delta) {
+  constexpr int L = D / kLaneChannels;
+  const int64_t rows = g.batch * g.heads * g.time;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / L;
+  const int c0 = (threadIdx.x % L) * kLaneChannels;
+  const int64_t rc = row < rows ? row : rows - 1;  // whole lane groups keep shuffling
+  const int64_t t = rc % g.time, h = (rc / g.time) % g.heads, b = rc / (g.time * g.heads);
+  float ov[kLaneChannels], gv[kLaneChannels];
+  load8(o + rc * D + c0, ov);
+  load8(grad_o + strided_row(gos, b, h, t) + c0, gv);
+  float part[1] = {row_dot(ov, gv)};
+  ShuffleReduce<L>{}(part);
+  if (row < rows && c0 == 0) delta[row] = part[0];
+}
+
+// RoPE transpose of a thread's accumulator row: column tx + 16c pairs with
+// column tx + 16 (c ^ C/2), held by the same thread.
+template <int D>
+__device__ __forceinline__ void rope_transpose_row(float (&x)[D / kRowThreads], int64_t t, const RopeTables& rope) {
+  constexpr int C = D / kRowThreads, Half = D / 2;
+  const int tx = threadIdx.x % kRowThreads;
+  float out[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const bool upper = c >= C / 2;
+    const int64_t f = t * Half + tx + kRowThreads * (c % (C / 2));
+    out[c] = rope_channel(x[c], x[c ^ (C / 2)], rope.cos[f], -rope.sin[f], upper);
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) x[c] = out[c];
+}
+
+template <int D, int R, class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kernel(CoupledAttentionInputs in, FlashGeometry g, const T* __restrict__ grad_o, RowStrides gos,
+                          const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq,
+                          float* __restrict__ dk, T* __restrict__ dv) {
+  constexpr int S = row_stride<D>(), C = D / kRowThreads;
+  extern __shared__ __align__(16) float smem[];
+  float* qt = smem + weight_floats(D, R, in.coupling.num_steps);
+  float* kt = qt + kTile * S;
+  float* vt = kt + kTile * S;
+  float* got = vt + kTile * S;
+  float* pt = got + kTile * S;
+  float* dst = pt + kTile * kScoreStride;
+  float* lse_s = dst + kTile * kScoreStride;
+  float* delta_s = lse_s + kTile;
+  const int64_t b = blockIdx.y / g.heads, h = blockIdx.y % g.heads;
+  const int64_t tile = blockIdx.x;  // key tile; the first ones see the most queries and start first
+  const SmemViews<D, R> views{pack_head_weights<D, R>(smem, in, h)};
+  __syncthreads();
+  load_coupled_tile<D, R, T, false>(in, g, views, b, h, tile * kTile, 1.0f, kt);
+  load_tile<D>(static_cast<const T*>(in.v), in.v_strides, g, b, h, tile * kTile, vt);
+
+  const int ty = threadIdx.x / kRowThreads, tx = threadIdx.x % kRowThreads;
+  float dk_acc[kRowsPerThread][C] = {}, dv_acc[kRowsPerThread][C] = {};
+  const int64_t query_tiles = (g.time + kTile - 1) / kTile;
+  for (int64_t i = causal_first_query_tile(tile); i < query_tiles; ++i) {
+    __syncthreads();  // the previous tile's readers are done
+    load_coupled_tile<D, R, T, true>(in, g, views, b, h, i * kTile, in.softmax_scale * kLog2e, qt);
+    load_tile<D>(grad_o, gos, g, b, h, i * kTile, got);
+    if (threadIdx.x < kTile) {
+      const int64_t query = i * kTile + threadIdx.x;
+      const bool valid = query < g.time;
+      lse_s[threadIdx.x] = valid ? lse2[blockIdx.y * g.time + query] : INFINITY;
+      delta_s[threadIdx.x] = valid ? delta[blockIdx.y * g.time + query] : 0.0f;
+    }
+    __syncthreads();
+    // Rows: queries 4ty + r; columns: keys tx + 16c.
+    float s[kRowsPerThread][4], dp[kRowsPerThread][4];
+    tile_dot<D>(qt, kt, s);
+    tile_dot<D>(got, vt, dp);
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int row = ty * kRowsPerThread + r;
+      const int64_t query = i * kTile + row;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t key = tile * kTile + tx + kRowThreads * c;
+        const bool visible = causal_visible(query, key) && key < g.time && query < g.time;
+        const float p = flash_probability(s[r][c], lse_s[row], visible);
+        pt[row * kScoreStride + tx + kRowThreads * c] = p;
+        dst[row * kScoreStride + tx + kRowThreads * c] = softmax_logit_grad(p, dp[r][c], delta_s[row]);
+      }
+    }
+    __syncthreads();
+    // dV and dK: rows are keys 4ty + r, columns channels tx + 16c.
+#pragma unroll 2
+    for (int qr = 0; qr < kTile; ++qr) {
+      float gov[C], qv[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        gov[c] = got[qr * S + tx + kRowThreads * c];
+        qv[c] = qt[qr * S + tx + kRowThreads * c];
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const float p = pt[qr * kScoreStride + ty * kRowsPerThread + r];
+        const float ds = dst[qr * kScoreStride + ty * kRowsPerThread + r];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          dv_acc[r][c] += p * gov[c];
+          dk_acc[r][c] += ds * qv[c];
+        }
+      }
+    }
+    // dQ of this pair of tiles: rows are queries 4ty + r.
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int row = ty * kRowsPerThread + r;
+      const int64_t query = i * kTile + row;
+      float part[C] = {};
+#pragma unroll 4
+      for (int key = 0; key < kTile; ++key) {
+        const float ds = dst[row * kScoreStride + key];
+#pragma unroll
+        for (int c = 0; c < C; ++c) part[c] += ds * kt[key * S + tx + kRowThreads * c];
+      }
+      if (query >= g.time) continue;
+#pragma unroll
+      for (int c = 0; c < C; ++c) part[c] *= in.softmax_scale;
+      if (in.rope.cos) rope_transpose_row<D>(part, query, in.rope);
+      float* out = dq + (blockIdx.y * g.time + query) * D + tx;
+#pragma unroll
+      for (int c = 0; c < C; ++c) atomicAdd(out + kRowThreads * c, part[c]);
+    }
+  }
+  // qt held q'' * scale * log2(e): dk = scale * sum ds q'' = ln(2) * sum ds qt.
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int64_t key = tile * kTile + ty * kRowsPerThread + r;
+    if (key >= g.time) continue;
+#pragma unroll
+    for (int c = 0; c < C; ++c) dk_acc[r][c] *= kLn2;
+    if (in.rope.cos) rope_transpose_row<D>(dk_acc[r], key, in.rope);
+    const int64_t row = (blockIdx.y * g.time + key) * D + tx;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      dk[row + kRowThreads * c] = dk_acc[r][c];
+      store1(dv + row + kRowThreads * c, dv_acc[r][c]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+int64_t forward_smem_floats(int64_t d, int64_t r, int64_t steps) {
+  return weight_floats(d, r, steps) + 3 * kTile * (d + 1) + kTile * kScoreStride;
+}
+
+int64_t backward_smem_floats(int64_t d, int64_t r, int64_t steps) {
+  return weight_floats(d, r, steps) + 4 * kTile * (d + 1) + 2 * kTile * kScoreStride + 2 * kTile;
+}
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("coupled attention: ") + what + ": " + cudaGetErrorString(err));
+}
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(integral_constant<D>, integral_constant<R>, TypeTag<T>) for the compiled shapes.
+template <class F>
+void dispatch(const CouplingShape& s, ElementType type, F&& f) {
+  auto with_type = [&](auto d, auto r) {
+    if (type == ElementType::BFloat16) f(d, r, TypeTag<__nv_bfloat16>{});
+    else f(d, r, TypeTag<float>{});
+  };
+  auto with_hidden = [&](auto d) {
+    if (s.hidden == 8) with_type(d, std::integral_constant<int, 8>{});
+    else with_type(d, std::integral_constant<int, 16>{});
+  };
+  if (s.head_dim == 64) with_hidden(std::integral_constant<int, 64>{});
+  else with_hidden(std::integral_constant<int, 128>{});
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("coupled attention: " + what);
+}
+
+// Checks what both passes read; returns the device's limits.
+DeviceInfo validate(ElementType type, const CoupledAttentionInputs& in) {
+  const CouplingShape& s = in.shape;
+  require(coupled_attention_shape_supported(s.head_dim, s.hidden, in.coupling.num_steps),
+          "unsupported head_dim " + std::to_string(s.head_dim) + " / hidden " + std::to_string(s.hidden) +
+              " / steps " + std::to_string(in.coupling.num_steps) + " (compiled: 64 or 128 / 8 or 16 / 1..8)");
+  require(s.batch >= 0 && s.heads >= 1 && s.time >= 0, "bad batch/heads/time");
+  require(s.batch * s.heads <= 65535, "batch * heads must be at most 65535 (grid y)");
+  for (int i = 0; i < in.coupling.num_steps; ++i)
+    require(in.coupling.w1[i] && in.coupling.b1[i] && in.coupling.w2[i] && in.coupling.b2[i],
+            "missing weights of step " + std::to_string(i));
+  require(fused_coupling_rows_aligned(in.q, in.q_strides, type) && fused_coupling_rows_aligned(in.k, in.k_strides, type) &&
+              fused_coupling_rows_aligned(in.v, in.v_strides, type),
+          "rows of q, k and v must start on 16-byte boundaries");
+  require((in.rope.cos == nullptr) == (in.rope.sin == nullptr), "RoPE needs both tables");
+  DeviceInfo info;
+  if (!query_device(info)) throw std::runtime_error("coupled attention: no CUDA device");
+  return info;
+}
+
+void set_smem(const void* kernel, int64_t bytes, const DeviceInfo& info) {
+  require(bytes <= info.smem_optin, "needs " + std::to_string(bytes) + " bytes of shared memory per block, the device allows " +
+                                        std::to_string(info.smem_optin));
+  if (bytes > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+               "cudaFuncSetAttribute");
+}
+
+FlashGeometry geometry(const CouplingShape& s) { return {s.batch, s.heads, s.time}; }
+
+dim3 tile_grid(const CouplingShape& s) {
+  return dim3(static_cast<unsigned>((s.time + kTile - 1) / kTile), static_cast<unsigned>(s.batch * s.heads));
+}
+
+}  // namespace
+
+bool coupled_attention_shape_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
+  return (head_dim == 64 || head_dim == 128) && (hidden == 8 || hidden == 16) && steps >= 1 &&
+         steps <= AffineCouplingParams::kMaxSteps;
+}
+
+int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t steps) {
+  // Hidden 16 packs the most weights; one figure for both widths.
+  return backward_smem_floats(head_dim, 16, steps) * static_cast<int64_t>(sizeof(float));
+}
+
+bool coupled_attention_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
+  if (!coupled_attention_shape_supported(head_dim, hidden, steps)) return false;
+  DeviceInfo info;
+  return query_device(info) && coupled_attention_smem_bytes(head_dim, steps) <= info.smem_optin;
+}
+
+void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInputs& in, void* o, float* lse2,
+                                    void* stream) {
+  const DeviceInfo info = validate(type, in);
+  const CouplingShape& s = in.shape;
+  if (s.batch * s.heads * s.time == 0) return;
+  require(o && lse2, "missing outputs");
+  const int64_t smem = forward_smem_floats(s.head_dim, s.hidden, in.coupling.num_steps) * 4;
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch(s, type, [&](auto d, auto r, auto tag) {
+    constexpr int D = decltype(d)::value, R = decltype(r)::value;
+    using T = typename decltype(tag)::type;
+    auto kernel = flash_forward_kernel<D, R, T>;
+    set_smem(reinterpret_cast<const void*>(kernel), smem, info);
+    kernel<<<tile_grid(s), kThreads, smem, st>>>(in, geometry(s), static_cast<T*>(o), lse2);
+  });
+  check_cuda(cudaGetLastError(), "forward launch");
+}
+
+void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInputs& in, const void* o,
+                                     const void* grad_o, const RowStrides& grad_o_strides, const float* lse2,
+                                     float* delta, float* dq_coupled, float* dk_coupled, void* dv, void* stream) {
+  const DeviceInfo info = validate(type, in);
+  const CouplingShape& s = in.shape;
+  if (s.batch * s.heads * s.time == 0) return;
+  require(o && grad_o && lse2 && delta && dq_coupled && dk_coupled && dv, "missing buffers");
+  require(fused_coupling_rows_aligned(o, RowStrides::contiguous(s), type) &&
+              fused_coupling_rows_aligned(grad_o, grad_o_strides, type),
+          "rows of o and grad_o must start on 16-byte boundaries");
+  const int64_t smem = backward_smem_floats(s.head_dim, s.hidden, in.coupling.num_steps) * 4;
+  const int64_t rows = s.batch * s.heads * s.time;
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch(s, type, [&](auto d, auto r, auto tag) {
+    constexpr int D = decltype(d)::value, R = decltype(r)::value;
+    using T = typename decltype(tag)::type;
+    const int64_t rows_per_block = kThreads / (D / kLaneChannels);
+    flash_delta_kernel<D, T><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, st>>>(
+        static_cast<const T*>(o), static_cast<const T*>(grad_o), grad_o_strides, geometry(s), delta);
+    auto kernel = flash_backward_kernel<D, R, T>;
+    set_smem(reinterpret_cast<const void*>(kernel), smem, info);
+    kernel<<<tile_grid(s), kThreads, smem, st>>>(in, geometry(s), static_cast<const T*>(grad_o), grad_o_strides, lse2,
+                                                 delta, dq_coupled, dk_coupled, static_cast<T*>(dv));
+  });
+  check_cuda(cudaGetLastError(), "backward launch");
+}
+
+}  // namespace cqk::kernels

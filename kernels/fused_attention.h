@@ -1,0 +1,63 @@
+#pragma once
+// Host launchers of the flash-style coupled attention (fused_attention.cu):
+// causal softmax attention whose q and k tiles are coupled (every affine step of
+// the coupling, then RoPE when given) as they are loaded, so the coupled q and
+// k never reach global memory. Raw pointers only, like fused_coupling.h; the
+// torch side is src/fused_attention.cpp.
+//
+// Tensors: q, k, v are [batch, heads, time, head_dim] with any row strides
+// (RowStrides, 16-byte aligned rows; fused_coupling_rows_aligned); o, lse2,
+// delta and every gradient buffer are contiguous. The math runs in float32.
+#include <cstdint>
+
+#include "fused_coupling.h"  // AffineCouplingParams, ElementType, CouplingShape, RowStrides
+
+namespace cqk::kernels {
+
+// RoPE (rotate-half) tables: cos and sin of position t times frequency i, as
+// [time, head_dim / 2] contiguous float32 on the device. Null: no RoPE.
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+// The inputs both passes read.
+struct CoupledAttentionInputs {
+  const void* q = nullptr;
+  RowStrides q_strides;
+  const void* k = nullptr;
+  RowStrides k_strides;
+  const void* v = nullptr;
+  RowStrides v_strides;
+  CouplingShape shape;  // batch, heads, time, head_dim, hidden (the coupling's)
+  AffineCouplingParams coupling;
+  RopeTables rope;
+  float softmax_scale = 0.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// Shapes the kernels are compiled for: head_dim 64/128, hidden 8/16, 1..kMaxSteps steps.
+bool coupled_attention_shape_supported(int64_t head_dim, int64_t hidden, int64_t steps);
+// Shared memory (bytes) of the larger of the two kernels (the backward).
+int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t steps);
+// The shape is compiled and the current device has the shared memory. False without a device.
+bool coupled_attention_supported(int64_t head_dim, int64_t hidden, int64_t steps);
+
+// o = softmax(causal(q'' k''^T * scale)) v with (q', k') = coupling(q, k) and
+// q'' = RoPE(q'), k'' = RoPE(k'). o: contiguous, q's element type.
+// lse2: [batch, heads, time] float32, log2 of each row's sum of exp2 of the
+// log2-domain scores (flash_math.cuh), for the backward.
+void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInputs& in, void* o, float* lse2,
+                                    void* stream);
+
+// The backward of the attention from the inputs and lse2, recomputing the
+// coupled tiles. grad_o may be strided (16-byte aligned rows). Writes
+// delta[batch, heads, time] (scratch: rowsum(grad_o * o)), dk_coupled and dv,
+// and ADDS to dq_coupled (atomically: zero it first). dq_coupled and
+// dk_coupled are float32 gradients with respect to the coupling's outputs
+// (q', k'), RoPE already transposed; dv has q's element type. The coupling's
+// own backward is fused_coupling.h's affine_coupling_backward_cuda.
+void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInputs& in, const void* o,
+                                     const void* grad_o, const RowStrides& grad_o_strides, const float* lse2,
+                                     float* delta, float* dq_coupled, float* dk_coupled, void* dv, void* stream);
+
+}  // namespace cqk::kernels
