@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "cqk/fused_attention.h"
 #include "cqk/rope.h"
 
 namespace cqk {
@@ -158,6 +159,11 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
     const int64_t repeat = options_.num_heads() / kv_heads_;
     k = k.repeat_interleave(repeat, 1);
     v = v.repeat_interleave(repeat, 1);
+  }
+  if (options_.kind() == AttentionKind::Vanilla && options_.causal() &&
+      fused_coupled_attention_applies(*coupling_, q, k, v)) {
+    const auto rope_base = options_.rope() ? std::optional<double>(options_.rope_base()) : std::nullopt;
+    return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base)));
   }
   std::tie(q, k) = coupling_(q, k);
   if (options_.kind() == AttentionKind::QKNorm) {

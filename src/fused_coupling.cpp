@@ -14,10 +14,10 @@
 #ifdef CQK_WITH_CUDA
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 
 #include "fused_coupling.h"  // kernels/: the launchers
+#include "kernel_arguments.h"
 #endif
 
 namespace cqk {
@@ -43,33 +43,15 @@ namespace {
 
 namespace kn = cqk::kernels;
 
-[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("fused coupling: " + what); }
+constexpr const char* kWho = "fused coupling";
 
-kn::ElementType element_type(const at::Tensor& t) {
-  if (t.scalar_type() == at::kFloat) return kn::ElementType::Float32;
-  if (t.scalar_type() == at::kBFloat16) return kn::ElementType::BFloat16;
-  fail(std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported (float32, bfloat16)");
-}
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(std::string(kWho) + ": " + what); }
 
-// Strides of the batch, head and time dimensions; dimensions of size 1 get 0
-// (never multiplied by anything but 0, and then always aligned).
-kn::RowStrides row_strides(const at::Tensor& t) {
-  return {t.size(0) == 1 ? 0 : t.stride(0), t.size(1) == 1 ? 0 : t.stride(1), t.size(2) == 1 ? 0 : t.stride(2)};
-}
-
-// t itself when the kernels can read it as is, else a contiguous copy.
-at::Tensor kernel_readable(const at::Tensor& t) {
-  if ((t.size(3) == 1 || t.stride(3) == 1) &&
-      kn::fused_coupling_rows_aligned(t.data_ptr(), row_strides(t), element_type(t)))
-    return t;
-  return t.clone(at::MemoryFormat::Contiguous);
-}
-
-kn::CouplingShape shape_of(const CouplingOptions& o, const at::Tensor& q) {
-  return {q.size(0), q.size(1), q.size(2), q.size(3), o.hidden()};
-}
-
-int64_t weight_groups(const CouplingOptions& o) { return o.shared_across_heads() ? 1 : o.num_heads(); }
+kn::ElementType element_type(const at::Tensor& t) { return kernel_arguments::element_type(t, kWho); }
+at::Tensor kernel_readable(const at::Tensor& t) { return kernel_arguments::kernel_readable(t, kWho); }
+using kernel_arguments::current_stream;
+using kernel_arguments::row_strides;
+using kernel_arguments::shape_of;
 
 void check_inputs(const CouplingOptions& o, const at::Tensor& q, const at::Tensor& k) {
   if (!q.is_cuda() || !k.is_cuda() || q.device() != k.device()) fail("q and k must be CUDA tensors on one device");
@@ -86,36 +68,10 @@ void check_dense_like(const at::Tensor& t, const at::Tensor& like, const char* n
     fail(std::string(name) + " must be a contiguous tensor of q's shape, dtype and device");
 }
 
-// Checks the weights against the options and collects their pointers.
 kn::AffineCouplingParams make_params(const CouplingOptions& o, const std::vector<at::Tensor>& weights,
                                      const at::Device& device) {
-  const int64_t steps = o.steps(), g = weight_groups(o), d = o.head_dim(), r = o.hidden();
-  if (steps < 1 || steps > kn::AffineCouplingParams::kMaxSteps)
-    fail("steps must be 1.." + std::to_string(kn::AffineCouplingParams::kMaxSteps));
-  if (static_cast<int64_t>(weights.size()) != 4 * steps)
-    fail("expected " + std::to_string(4 * steps) + " weight tensors, got " + std::to_string(weights.size()));
-  const std::vector<int64_t> shapes[4] = {{g, r, d}, {g, r}, {g, 2 * d, r}, {g, 2 * d}};
-  kn::AffineCouplingParams p;
-  for (int64_t i = 0; i < steps; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      const at::Tensor& w = weights[4 * i + j];
-      if (!w.defined() || w.scalar_type() != at::kFloat || !w.is_contiguous() || w.device() != device ||
-          w.sizes() != at::IntArrayRef(shapes[j]))
-        fail("weight " + std::to_string(j) + " of step " + std::to_string(i) + " must be contiguous float32 " +
-             c10::str(at::IntArrayRef(shapes[j])) + " on " + device.str());
-    }
-    p.w1[i] = weights[4 * i].data_ptr<float>();
-    p.b1[i] = weights[4 * i + 1].data_ptr<float>();
-    p.w2[i] = weights[4 * i + 2].data_ptr<float>();
-    p.b2[i] = weights[4 * i + 3].data_ptr<float>();
-  }
-  p.num_steps = static_cast<int>(steps);
-  p.shared_across_heads = o.shared_across_heads();
-  p.clamp = static_cast<float>(o.clamp());
-  return p;
+  return kernel_arguments::coupling_params(o, weights, device, kWho);
 }
-
-void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 
 // Saves only the outputs (and the weights, which are parameters anyway); the
 // backward kernel rebuilds the inputs from the outputs.

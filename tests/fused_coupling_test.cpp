@@ -1,5 +1,5 @@
-// GPU tests of the fused affine coupling (kernels/fused_coupling.cu) against the
-// ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs them on
+// GPU tests of the fused affine coupling (kernels/fused_coupling.cu) and of the
+// flash coupled attention (kernels/fused_attention.cu) against the ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs them on
 // a GPU machine. The checks themselves live in kernels/tools/fused_check.h,
 // shared with `cqk_kernel_bench --check` (gpu_check.sh's fallback when the full
 // build cannot be configured there).
@@ -8,7 +8,9 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include "cqk/attention.h"
 #include "cqk/coupling.h"
+#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "tools/fused_check.h"
 
@@ -89,6 +91,78 @@ TEST(FusedCoupling, IdentityAtInitIsExactInFloat32) {
   const auto [q_out, k_out] = coupling->forward(q, k);
   EXPECT_TRUE(at::equal(q_out, q));
   EXPECT_TRUE(at::equal(k_out, k));
+}
+
+// ---- The flash coupled attention ---------------------------------------------
+
+// Restores the process-wide switch when the test ends.
+class FusedAttentionSwitch {
+ public:
+  explicit FusedAttentionSwitch(bool on) : was_(cqk::fused_attention_enabled()) { cqk::set_fused_attention_enabled(on); }
+  ~FusedAttentionSwitch() { cqk::set_fused_attention_enabled(was_); }
+
+ private:
+  bool was_;
+};
+
+// Runs without a GPU: the dispatch guard of cqk::Attention.
+TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
+  const FusedAttentionSwitch on(true);
+  cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
+  const auto q = at::randn({1, 2, 8, 64});
+  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, q, q, q)) << "CPU tensors";
+  if (!torch::cuda::is_available()) return;
+  cqk::QKCoupling none(cqk::CouplingOptions(cqk::CouplingKind::None, 2, 64));
+  affine->to(at::kCUDA);
+  none->to(at::kCUDA);
+  const auto g = q.to(at::kCUDA);
+  EXPECT_TRUE(cqk::fused_coupled_attention_applies(*affine, g, g, g));
+  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*none, g, g, g));
+  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g.narrow(2, 0, 4))) << "v of another length";
+  const FusedAttentionSwitch off(false);
+  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g)) << "switched off";
+}
+
+TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {
+  CQK_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (const Case& c : cqk::fused_check::attention_cases()) {
+    for (bool rope : {true, false}) {
+      const auto result = cqk::fused_check::check_coupled_attention(c, seed++, rope);
+      EXPECT_TRUE(result.ok) << c.name() << (rope ? " rope" : " no rope") << "\n" << result.report;
+    }
+  }
+}
+
+// cqk::Attention takes the flash path when switched on and gives what the
+// default path (fused coupling + SDPA) gives, forward and backward.
+TEST(FusedAttention, AttentionModuleGivesTheDefaultPathsResults) {
+  CQK_REQUIRE_GPU();
+  at::manual_seed(5);
+  auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4);
+  options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
+  cqk::Attention attention(options);
+  attention->to(at::kCUDA);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
+  }
+  const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
+  std::vector<at::Tensor> results[2];
+  for (int flash = 0; flash < 2; ++flash) {
+    const FusedAttentionSwitch path(flash == 1);
+    for (auto& p : attention->parameters()) p.mutable_grad() = at::Tensor();
+    auto x = x0.detach().requires_grad_();
+    const auto y = attention->forward(x);
+    y.backward(grad);
+    results[flash] = {y.detach(), x.grad()};
+    for (const auto& p : attention->parameters()) results[flash].push_back(p.grad());
+  }
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    const double err = ((results[1][i] - results[0][i]).abs().max() / results[0][i].abs().max().clamp_min(1e-30))
+                           .item<double>();
+    EXPECT_LT(err, 2e-4) << "tensor " << i << " (0: output, 1: input gradient, then parameter gradients)";
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// GPU checks of the fused affine coupling against the ATen path, shared by the
+// GPU checks of the fused affine coupling and of the flash coupled attention
+// (kernels/fused_attention.cu) against the ATen path, shared by the
 // GoogleTest suite (tests/fused_coupling_test.cpp) and the standalone
 // cqk_kernel_bench --check (which scripts/gpu_check.sh runs where GoogleTest and
 // the other dependencies of the full build are missing). Host-side torch code:
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "cqk/coupling.h"
+#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/rope.h"
 
 namespace cqk::fused_check {
 
@@ -268,6 +271,80 @@ inline Result check_module_dispatch(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < grads[0].size(); ++i)
     compare(result, "module grad " + std::to_string(i), grads[1][i], grads[0][i], tolerance);
   return result;
+}
+
+// The flash coupled attention against coupling + RoPE + causal softmax
+// attention by autograd in float64, on fresh random inputs: the output and the
+// gradients of q, k, v and every coupling weight. The output buffer is
+// allocated inside the autograd function, so the check poisons the caching
+// allocator instead: a freed NaN block of the output's size is what the
+// function's allocation gets back.
+inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = true) {
+  using namespace detail;
+  Result result;
+  at::manual_seed(seed);
+  const auto options = c.options();
+  QKCoupling coupling(options);
+  coupling->to(at::kCUDA);
+  randomise(coupling);
+  QKCoupling reference(options);
+  {
+    at::NoGradGuard no_grad;
+    auto dst = reference->parameters();
+    auto src = coupling->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  }
+  reference->to(at::kCUDA, at::kDouble);
+  const std::optional<double> rope_base = rope ? std::optional<double>(10000.0) : std::nullopt;
+
+  const auto q0 = input(c), k0 = input(c), v0 = input(c), grad_o = input(c);
+  auto q_ref = q0.to(at::kDouble).requires_grad_(), k_ref = k0.to(at::kDouble).requires_grad_(),
+       v_ref = v0.to(at::kDouble).requires_grad_();
+  auto [qc, kc] = reference->transform(q_ref, k_ref);
+  if (rope_base) qc = apply_rope(qc, *rope_base), kc = apply_rope(kc, *rope_base);
+  const auto o_ref = at::scaled_dot_product_attention(qc, kc, v_ref, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                      /*is_causal=*/true);
+  o_ref.backward(grad_o.to(at::kDouble));
+
+  auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
+  { const auto poison = poisoned(q); }
+  const auto o = fused_coupled_attention(*coupling, q, k, v, rope_base);
+  o.backward(grad_o);
+  // Attention sums over up to T keys in float32: a looser float32 tolerance than the coupling alone.
+  const double tolerance = c.dtype == at::kBFloat16 ? 3e-2 : 2e-4;
+  compare(result, "attention o", o, o_ref, tolerance);
+  compare(result, "attention dq", q.grad(), q_ref.grad(), tolerance);
+  compare(result, "attention dk", k.grad(), k_ref.grad(), tolerance);
+  compare(result, "attention dv", v.grad(), v_ref.grad(), tolerance);
+  const auto params = coupling->named_parameters(), ref_params = reference->named_parameters();
+  for (const auto& p : params) compare(result, "attention d" + p.key(), p.value().grad(), ref_params[p.key()].grad(), tolerance);
+  return result;
+}
+
+// Cases of the flash coupled attention: odd and tile-multiple lengths, both
+// head dims, shared weights, strided inputs, both dtypes.
+inline std::vector<Case> attention_cases() {
+  std::vector<Case> cases;
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    Case c;
+    c.dtype = dtype;
+    c.time = 1;
+    cases.push_back(c);
+    c.time = 100;
+    cases.push_back(c);
+    Case wide = c;
+    wide.head_dim = 128;
+    wide.time = 192;
+    wide.hidden = 16;
+    cases.push_back(wide);
+    Case shared = c;
+    shared.shared = true;
+    shared.steps = 3;
+    shared.time = 257;
+    shared.strided = true;
+    cases.push_back(shared);
+  }
+  return cases;
 }
 
 }  // namespace cqk::fused_check

@@ -1,4 +1,5 @@
-// cqk_kernel_bench: GPU checks and timings of the fused affine coupling.
+// cqk_kernel_bench: GPU checks and timings of the fused affine coupling and of
+// the flash coupled attention.
 //
 //   cqk_kernel_bench --check [--quick] the checks of tests/fused_coupling_test.cpp
 //                                      (kernels/tools/fused_check.h); exit 1 on failure;
@@ -9,7 +10,8 @@
 //
 // Rows per (dtype, T): SDPA alone (causal, no coupling); the ATen coupling +
 // SDPA; the fused coupling + SDPA; the coupling alone, ATen and fused; the
-// fused kernels alone with their achieved memory bandwidth. Times are medians
+// fused kernels alone with their achieved memory bandwidth; the flash coupled
+// attention (coupling + RoPE + attention in one kernel per pass). Times are medians
 // of per-iteration CUDA-event times; TFLOP/s counts attention's causal
 // forward+backward FLOPs (7 B H T^2 d) for every row that includes SDPA.
 #include <ATen/ATen.h>
@@ -29,7 +31,9 @@
 #include <vector>
 
 #include "cqk/coupling.h"
+#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/rope.h"
 #include "tools/fused_check.h"
 
 namespace {
@@ -109,6 +113,12 @@ int run_checks(bool quick) {
       if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
     }
   }
+  for (const auto& c : cqk::fused_check::attention_cases()) {
+    if (quick && c.time > 100) continue;
+    const auto r = cqk::fused_check::check_coupled_attention(c, seed++);
+    std::printf("%s flash    %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL", c.name().c_str(), r.worst);
+    if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
+  }
   std::printf("checks: %d failed\n", failures);
   return failures == 0 ? 0 : 1;
 }
@@ -127,8 +137,9 @@ void run_bench(const Options& o) {
               static_cast<long long>(o.hidden), static_cast<long long>(o.steps), o.iters);
   std::printf("| dtype | T | SDPA | TFLOP/s | ATen coupling + SDPA | TFLOP/s | fused coupling + SDPA | TFLOP/s | "
               "fused / SDPA | fused vs ATen (total) | coupling ATen | coupling fused | coupling speedup | "
-              "fused fwd kernel (GB/s) | fused bwd kernel (GB/s) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "fused fwd kernel (GB/s) | fused bwd kernel (GB/s) | flash coupled attention + RoPE | TFLOP/s | flash / "
+              "(fused coupling + RoPE + SDPA) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const bool was_enabled = cqk::fused_coupling_enabled();
   for (const auto& dtype_name : o.dtypes) {
     const auto dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -192,17 +203,34 @@ void run_bench(const Options& o) {
             },
             o.warmup, o.iters);
       }
+      // The flash kernel against the default path for the same work (coupling, RoPE, attention).
+      const auto rope_step = [&](bool flash) {
+        return [&, flash] {
+          if (flash) {
+            cqk::fused_coupled_attention(*coupling, q, k, v, 10000.0).backward(grad_out);
+            return;
+          }
+          auto [a, b] = coupling->forward(q, k);
+          sdpa(cqk::apply_rope(a, 10000.0), cqk::apply_rope(b, 10000.0)).backward(grad_out);
+        };
+      };
+      cqk::set_fused_attention_enabled(true);
+      const bool flash = cqk::fused_coupled_attention_applies(*coupling, q, k, v);
+      cqk::set_fused_attention_enabled(false);
+      const double t_default_rope = time_ms(rope_step(false), o.warmup, o.iters);
+      const double t_flash = flash ? time_ms(rope_step(true), o.warmup, o.iters) : 0.0;
       const double elems = static_cast<double>(o.batch * o.heads * T * o.dim);
       const double bytes = elems * static_cast<double>(at::elementSize(dtype));
       const double flops = 7.0 * static_cast<double>(o.batch * o.heads) * T * T * o.dim;
       const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
       std::printf("| %s | %lld | %.3f | %.0f | %.3f | %.0f | %.3f%s | %.0f | %.2fx | %.2fx faster | %.3f | %.3f | "
-                  "%.1fx | %.3f (%.0f) | %.3f (%.0f) |\n",
+                  "%.1fx | %.3f (%.0f) | %.3f (%.0f) | %.3f%s | %.0f | %.2fx |\n",
                   dtype_name.c_str(), static_cast<long long>(T), t_sdpa, tflops(t_sdpa), t_aten, tflops(t_aten),
                   t_fused, fused ? "" : " (ATen!)", tflops(t_fused), t_fused / t_sdpa, t_aten / t_fused,
                   t_aten_coupling, t_fused_coupling, t_aten_coupling / t_fused_coupling, fwd_ms,
                   fused ? 4 * bytes / (fwd_ms * 1e-3) / 1e9 : 0.0, bwd_ms,
-                  fused ? 6 * bytes / (bwd_ms * 1e-3) / 1e9 : 0.0);
+                  fused ? 6 * bytes / (bwd_ms * 1e-3) / 1e9 : 0.0, t_flash, flash ? "" : " (n/a)",
+                  flash ? tflops(t_flash) : 0.0, flash ? t_flash / t_default_rope : 0.0);
       std::fflush(stdout);
     }
   }

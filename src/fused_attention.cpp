@@ -1,0 +1,202 @@
+// Torch side of the flash coupled attention: the switch, the dispatch checks,
+// the RoPE tables and the autograd function. The kernels themselves
+// (kernels/fused_attention.cu) see raw pointers only. Without CUDA
+// (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
+#include "cqk/fused_attention.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "cqk/coupling.h"
+#include "cqk/fused_coupling.h"
+
+#ifdef CQK_WITH_CUDA
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/autograd.h>
+
+#include "fused_attention.h"  // kernels/: the launchers
+#include "kernel_arguments.h"
+#endif
+
+namespace cqk {
+
+namespace {
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("CQK_FUSED_ATTENTION");
+    return env != nullptr && std::string(env) == "1";
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+bool fused_attention_enabled() { return enabled_flag().load(); }
+void set_fused_attention_enabled(bool enabled) { enabled_flag().store(enabled); }
+
+#ifdef CQK_WITH_CUDA
+
+namespace {
+
+namespace kn = cqk::kernels;
+namespace args = cqk::kernel_arguments;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kWho = "fused attention";
+
+// cos and sin of t * base^(-2i/d), [time, d/2] float32: the angles of apply_rope
+// (computed in float64 there too), one entry per frequency instead of two.
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device) {
+  const auto opts = at::TensorOptions().dtype(at::kDouble).device(device);
+  const int64_t half = head_dim / 2;
+  const auto inv_freq = at::pow(base, -at::arange(0, half, opts) * (2.0 / static_cast<double>(head_dim)));
+  const auto angles = at::outer(at::arange(0, time, opts), inv_freq);
+  return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
+}
+
+kn::CoupledAttentionInputs kernel_inputs(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
+                                         const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                         const at::Tensor& cos, const at::Tensor& sin) {
+  kn::CoupledAttentionInputs in;
+  in.q = q.data_ptr();
+  in.q_strides = args::row_strides(q);
+  in.k = k.data_ptr();
+  in.k_strides = args::row_strides(k);
+  in.v = v.data_ptr();
+  in.v_strides = args::row_strides(v);
+  in.shape = args::shape_of(options, q);
+  in.coupling = args::coupling_params(options, weights, q.device(), kWho);
+  if (cos.defined()) in.rope = {cos.data_ptr<float>(), sin.data_ptr<float>()};
+  in.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  return in;
+}
+
+CouplingOptions saved_options(AutogradContext* ctx) {
+  return CouplingOptions(CouplingKind::Affine, ctx->saved_data["heads"].toInt(), ctx->saved_data["head_dim"].toInt())
+      .hidden(ctx->saved_data["hidden"].toInt())
+      .steps(ctx->saved_data["steps"].toInt())
+      .clamp(ctx->saved_data["clamp"].toDouble())
+      .shared_across_heads(ctx->saved_data["shared"].toBool());
+}
+
+// Saves the inputs (read in place where the kernels can), the output, the
+// row statistics lse2, the RoPE tables and the weights: no coupled q or k.
+struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAttention> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               at::TensorList weights, CouplingOptions options, std::optional<double> rope_base) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const std::vector<at::Tensor> w(weights.begin(), weights.end());
+    const auto qr = args::kernel_readable(q, kWho), kr = args::kernel_readable(k, kWho),
+               vr = args::kernel_readable(v, kWho);
+    at::Tensor cos, sin;
+    if (rope_base) std::tie(cos, sin) = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
+    auto o = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+    auto lse2 = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    kn::coupled_attention_forward_cuda(args::element_type(q, kWho), kernel_inputs(options, w, qr, kr, vr, cos, sin),
+                                       o.data_ptr(), lse2.data_ptr<float>(), args::current_stream(q));
+    std::vector<at::Tensor> saved{qr, kr, vr, o, lse2};
+    saved.insert(saved.end(), w.begin(), w.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["rope"] = cos.defined();
+    if (cos.defined()) ctx->saved_data["rope_cos"] = cos, ctx->saved_data["rope_sin"] = sin;
+    ctx->saved_data["heads"] = options.num_heads();
+    ctx->saved_data["head_dim"] = options.head_dim();
+    ctx->saved_data["hidden"] = options.hidden();
+    ctx->saved_data["steps"] = options.steps();
+    ctx->saved_data["clamp"] = options.clamp();
+    ctx->saved_data["shared"] = options.shared_across_heads();
+    return {o};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse2 = saved[4];
+    const std::vector<at::Tensor> weights(saved.begin() + 5, saved.end());
+    const auto options = saved_options(ctx);
+    at::Tensor cos, sin;
+    if (ctx->saved_data["rope"].toBool())
+      cos = ctx->saved_data["rope_cos"].toTensor(), sin = ctx->saved_data["rope_sin"].toTensor();
+    const c10::cuda::CUDAGuard guard(q.device());
+    const auto grad_o = args::kernel_readable(grads[0].defined() ? grads[0] : at::zeros_like(o), kWho);
+
+    // The attention's backward: gradients with respect to the coupled q', k' (float32) and v.
+    const auto f32 = q.options().dtype(at::kFloat).memory_format(at::MemoryFormat::Contiguous);
+    auto delta = at::empty({q.size(0), q.size(1), q.size(2)}, f32);
+    auto dq_coupled = at::zeros(q.sizes(), f32), dk_coupled = at::empty(q.sizes(), f32);
+    auto dv = at::empty(v.sizes(), v.options().memory_format(at::MemoryFormat::Contiguous));
+    const auto stream = args::current_stream(q);
+    kn::coupled_attention_backward_cuda(args::element_type(q, kWho), kernel_inputs(options, weights, q, k, v, cos, sin),
+                                        o.data_ptr(), grad_o.data_ptr(), args::row_strides(grad_o),
+                                        lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_coupled.data_ptr<float>(),
+                                        dk_coupled.data_ptr<float>(), dv.data_ptr(), stream);
+
+    // The coupling's backward from its outputs, recomputed here (the forward kept none).
+    auto q_coupled = at::empty_like(q, at::MemoryFormat::Contiguous);
+    auto k_coupled = at::empty_like(k, at::MemoryFormat::Contiguous);
+    fused::affine_forward_out(options, weights, q, k, q_coupled, k_coupled);
+    auto dq = at::empty_like(q_coupled), dk = at::empty_like(k_coupled);
+    std::vector<at::Tensor> weight_grads;
+    for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w, at::MemoryFormat::Contiguous));
+    fused::affine_backward_out(options, weights, q_coupled, k_coupled, dq_coupled.to(q.scalar_type()),
+                               dk_coupled.to(q.scalar_type()), dq, dk, weight_grads);
+    variable_list result{dq, dk, dv};
+    result.insert(result.end(), weight_grads.begin(), weight_grads.end());
+    result.emplace_back();  // options
+    result.emplace_back();  // rope_base
+    return result;
+  }
+};
+
+bool is_float_or_bf16(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+}
+
+}  // namespace
+
+bool fused_attention_built() { return true; }
+
+bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v) {
+  const auto& o = coupling.options();
+  if (!fused_attention_enabled() || o.kind() != CouplingKind::Affine) return false;
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (!t->defined() || !t->is_cuda() || t->device() != q.device() || t->dim() != 4 || t->sizes() != q.sizes() ||
+        t->scalar_type() != q.scalar_type())
+      return false;
+  if (!is_float_or_bf16(q) || q.size(1) != o.num_heads() || q.size(3) != o.head_dim()) return false;
+  if (q.size(0) * q.size(1) > 65535) return false;  // one grid row per (batch, head)
+  {
+    const c10::cuda::CUDAGuard guard(q.device());
+    if (!kn::coupled_attention_supported(o.head_dim(), o.hidden(), o.steps())) return false;
+  }
+  for (const auto& p : coupling.parameters())
+    if (p.scalar_type() != at::kFloat || p.device() != q.device()) return false;
+  return true;
+}
+
+at::Tensor fused_coupled_attention(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, std::optional<double> rope_base) {
+  const auto weights = fused::affine_weights(coupling);
+  return FusedCoupledAttention::apply(q, k, v, at::TensorList(weights), coupling.options(), rope_base)[0];
+}
+
+#else  // !CQK_WITH_CUDA
+
+bool fused_attention_built() { return false; }
+bool fused_coupled_attention_applies(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  return false;
+}
+at::Tensor fused_coupled_attention(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   std::optional<double>) {
+  throw std::logic_error("cqk was built without CUDA: the fused attention kernels are not available");
+}
+
+#endif  // CQK_WITH_CUDA
+
+}  // namespace cqk

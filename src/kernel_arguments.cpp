@@ -1,0 +1,74 @@
+// Compiled only with the CUDA kernels (the launchers' types live in kernels/).
+#ifdef CQK_WITH_CUDA
+
+#include "kernel_arguments.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <stdexcept>
+
+namespace cqk::kernel_arguments {
+
+namespace kn = cqk::kernels;
+
+namespace {
+[[noreturn]] void fail(const std::string& who, const std::string& what) {
+  throw std::invalid_argument(who + ": " + what);
+}
+}  // namespace
+
+kn::ElementType element_type(const at::Tensor& t, const std::string& who) {
+  if (t.scalar_type() == at::kFloat) return kn::ElementType::Float32;
+  if (t.scalar_type() == at::kBFloat16) return kn::ElementType::BFloat16;
+  fail(who, std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported (float32, bfloat16)");
+}
+
+kn::RowStrides row_strides(const at::Tensor& t) {
+  return {t.size(0) == 1 ? 0 : t.stride(0), t.size(1) == 1 ? 0 : t.stride(1), t.size(2) == 1 ? 0 : t.stride(2)};
+}
+
+at::Tensor kernel_readable(const at::Tensor& t, const std::string& who) {
+  if ((t.size(3) == 1 || t.stride(3) == 1) &&
+      kn::fused_coupling_rows_aligned(t.data_ptr(), row_strides(t), element_type(t, who)))
+    return t;
+  return t.clone(at::MemoryFormat::Contiguous);
+}
+
+kn::CouplingShape shape_of(const CouplingOptions& o, const at::Tensor& q) {
+  return {q.size(0), q.size(1), q.size(2), q.size(3), o.hidden()};
+}
+
+kn::AffineCouplingParams coupling_params(const CouplingOptions& o, const std::vector<at::Tensor>& weights,
+                                         const at::Device& device, const std::string& who) {
+  const int64_t steps = o.steps(), g = o.shared_across_heads() ? 1 : o.num_heads(), d = o.head_dim(), r = o.hidden();
+  if (steps < 1 || steps > kn::AffineCouplingParams::kMaxSteps)
+    fail(who, "steps must be 1.." + std::to_string(kn::AffineCouplingParams::kMaxSteps));
+  if (static_cast<int64_t>(weights.size()) != 4 * steps)
+    fail(who, "expected " + std::to_string(4 * steps) + " weight tensors, got " + std::to_string(weights.size()));
+  const std::vector<int64_t> shapes[4] = {{g, r, d}, {g, r}, {g, 2 * d, r}, {g, 2 * d}};
+  kn::AffineCouplingParams p;
+  for (int64_t i = 0; i < steps; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      const at::Tensor& w = weights[4 * i + j];
+      if (!w.defined() || w.scalar_type() != at::kFloat || !w.is_contiguous() || w.device() != device ||
+          w.sizes() != at::IntArrayRef(shapes[j]))
+        fail(who, "weight " + std::to_string(j) + " of step " + std::to_string(i) + " must be contiguous float32 " +
+                      c10::str(at::IntArrayRef(shapes[j])) + " on " + device.str());
+    }
+    p.w1[i] = weights[4 * i].data_ptr<float>();
+    p.b1[i] = weights[4 * i + 1].data_ptr<float>();
+    p.w2[i] = weights[4 * i + 2].data_ptr<float>();
+    p.b2[i] = weights[4 * i + 3].data_ptr<float>();
+  }
+  p.num_steps = static_cast<int>(steps);
+  p.shared_across_heads = o.shared_across_heads();
+  p.clamp = static_cast<float>(o.clamp());
+  return p;
+}
+
+void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+}  // namespace cqk::kernel_arguments
+
+#endif  // CQK_WITH_CUDA

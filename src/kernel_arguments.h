@@ -1,0 +1,38 @@
+#pragma once
+// Tensors to the raw-pointer arguments of the CUDA launchers in kernels/:
+// element types, row strides, readable copies, coupling weights, the stream.
+// Internal to the library (src/fused_coupling.cpp, src/fused_attention.cpp);
+// CUDA builds only.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "cqk/coupling.h"
+#include "fused_coupling.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
+
+namespace cqk::kernel_arguments {
+
+// float32 or bfloat16; anything else throws std::invalid_argument "<who>: dtype ...".
+kernels::ElementType element_type(const at::Tensor& t, const std::string& who);
+
+// Strides of the batch, head and time dimensions of a [batch, heads, time, dim]
+// tensor; dimensions of size 1 get 0 (never multiplied by anything but 0).
+kernels::RowStrides row_strides(const at::Tensor& t);
+
+// t itself when the kernels can read it in place (last dimension contiguous,
+// rows on 16-byte boundaries), else a contiguous copy.
+at::Tensor kernel_readable(const at::Tensor& t, const std::string& who);
+
+kernels::CouplingShape shape_of(const CouplingOptions& options, const at::Tensor& q);
+
+// Checks the weights (per step w1, b1, w2, b2: contiguous float32 on `device`,
+// shaped as the options say) and collects their pointers; std::invalid_argument
+// "<who>: ..." otherwise.
+kernels::AffineCouplingParams coupling_params(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
+                                              const at::Device& device, const std::string& who);
+
+// The current CUDA stream of t's device, as the launchers take it.
+void* current_stream(const at::Tensor& t);
+
+}  // namespace cqk::kernel_arguments
