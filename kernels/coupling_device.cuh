@@ -9,6 +9,9 @@
 
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "coupling_math.cuh"
@@ -94,7 +97,34 @@ __device__ void pack_weights(float* smem, const AffineCouplingParams& p, int64_t
   }
 }
 // ---------------------------------------------------------------------------
-// Host side: what the launchers need to know about the current device.
+// Host side: the compiled shapes, and what the launchers need to know about
+// the current device.
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(integral_constant<D>, integral_constant<R>, TypeTag<T>) for the
+// compiled head dims D (64, 128), hidden widths R (8, 16) and element types;
+// std::invalid_argument "<who>: ..." for any other shape.
+template <class F>
+void dispatch_compiled_shape(const CouplingShape& s, ElementType type, const char* who, F&& f) {
+  auto with_type = [&](auto d, auto r) {
+    if (type == ElementType::BFloat16) f(d, r, TypeTag<__nv_bfloat16>{});
+    else f(d, r, TypeTag<float>{});
+  };
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  using I8 = std::integral_constant<int, 8>;
+  using I16 = std::integral_constant<int, 16>;
+  if (s.head_dim == 64 && s.hidden == 8) with_type(I64{}, I8{});
+  else if (s.head_dim == 64 && s.hidden == 16) with_type(I64{}, I16{});
+  else if (s.head_dim == 128 && s.hidden == 8) with_type(I128{}, I8{});
+  else if (s.head_dim == 128 && s.hidden == 16) with_type(I128{}, I16{});
+  else throw std::invalid_argument(std::string(who) + ": unsupported head_dim/hidden " + std::to_string(s.head_dim) +
+                                   "/" + std::to_string(s.hidden) + " (compiled: 64 or 128 / 8 or 16)");
+}
 
 struct DeviceInfo {
   int multiprocessors = 0;

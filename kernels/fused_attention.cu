@@ -146,7 +146,7 @@ __device__ __forceinline__ void tile_dot(const float* a, const float* b, float (
   }
 }
 
-// Bytes of the packed weights, rounded to 16.
+// Floats of the packed weights, rounded up to a multiple of 4 (16 bytes).
 __host__ __device__ constexpr int64_t weight_floats(int64_t d, int64_t r, int64_t steps) {
   return (steps * (3 * d * r + r + 2 * d) + 3) / 4 * 4;
 }
@@ -402,26 +402,6 @@ void check_cuda(cudaError_t err, const char* what) {
     throw std::runtime_error(std::string("coupled attention: ") + what + ": " + cudaGetErrorString(err));
 }
 
-template <class T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(integral_constant<D>, integral_constant<R>, TypeTag<T>) for the compiled shapes.
-template <class F>
-void dispatch(const CouplingShape& s, ElementType type, F&& f) {
-  auto with_type = [&](auto d, auto r) {
-    if (type == ElementType::BFloat16) f(d, r, TypeTag<__nv_bfloat16>{});
-    else f(d, r, TypeTag<float>{});
-  };
-  auto with_hidden = [&](auto d) {
-    if (s.hidden == 8) with_type(d, std::integral_constant<int, 8>{});
-    else with_type(d, std::integral_constant<int, 16>{});
-  };
-  if (s.head_dim == 64) with_hidden(std::integral_constant<int, 64>{});
-  else with_hidden(std::integral_constant<int, 128>{});
-}
-
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("coupled attention: " + what);
 }
@@ -467,15 +447,14 @@ bool coupled_attention_shape_supported(int64_t head_dim, int64_t hidden, int64_t
          steps <= AffineCouplingParams::kMaxSteps;
 }
 
-int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t steps) {
-  // Hidden 16 packs the most weights; one figure for both widths.
-  return backward_smem_floats(head_dim, 16, steps) * static_cast<int64_t>(sizeof(float));
+int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps) {
+  return backward_smem_floats(head_dim, hidden, steps) * static_cast<int64_t>(sizeof(float));
 }
 
 bool coupled_attention_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
   if (!coupled_attention_shape_supported(head_dim, hidden, steps)) return false;
   DeviceInfo info;
-  return query_device(info) && coupled_attention_smem_bytes(head_dim, steps) <= info.smem_optin;
+  return query_device(info) && coupled_attention_smem_bytes(head_dim, hidden, steps) <= info.smem_optin;
 }
 
 void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInputs& in, void* o, float* lse2,
@@ -486,7 +465,7 @@ void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInpu
   require(o && lse2, "missing outputs");
   const int64_t smem = forward_smem_floats(s.head_dim, s.hidden, in.coupling.num_steps) * 4;
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch(s, type, [&](auto d, auto r, auto tag) {
+  dispatch_compiled_shape(s, type, "coupled attention", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = flash_forward_kernel<D, R, T>;
@@ -509,7 +488,7 @@ void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInp
   const int64_t smem = backward_smem_floats(s.head_dim, s.hidden, in.coupling.num_steps) * 4;
   const int64_t rows = s.batch * s.heads * s.time;
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch(s, type, [&](auto d, auto r, auto tag) {
+  dispatch_compiled_shape(s, type, "coupled attention", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     const int64_t rows_per_block = kThreads / (D / kLaneChannels);

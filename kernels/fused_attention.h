@@ -38,8 +38,10 @@ struct CoupledAttentionInputs {
 // Shapes the kernels are compiled for: head_dim 64/128, hidden 8/16, 1..kMaxSteps steps.
 bool coupled_attention_shape_supported(int64_t head_dim, int64_t hidden, int64_t steps);
 // Shared memory (bytes) of the larger of the two kernels (the backward).
-int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t steps);
+int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps);
 // The shape is compiled and the current device has the shared memory. False without a device.
+// (The autograd function's backward also runs the coupling's backward kernel:
+// fused_coupling_supported must hold too.)
 bool coupled_attention_supported(int64_t head_dim, int64_t hidden, int64_t steps);
 
 // o = softmax(causal(q'' k''^T * scale)) v with (q', k') = coupling(q, k) and

@@ -259,30 +259,6 @@ Work make_work(const CouplingShape& s, bool shared, int64_t per_batch, int multi
   return w;
 }
 
-template <class T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(integral_constant<D>, integral_constant<R>, TypeTag<T>) for the compiled shapes.
-template <class F>
-void dispatch(const CouplingShape& s, ElementType type, F&& f) {
-  auto with_type = [&](auto d, auto r) {
-    if (type == ElementType::BFloat16) f(d, r, TypeTag<__nv_bfloat16>{});
-    else f(d, r, TypeTag<float>{});
-  };
-  using I64 = std::integral_constant<int, 64>;
-  using I128 = std::integral_constant<int, 128>;
-  using I8 = std::integral_constant<int, 8>;
-  using I16 = std::integral_constant<int, 16>;
-  if (s.head_dim == 64 && s.hidden == 8) with_type(I64{}, I8{});
-  else if (s.head_dim == 64 && s.hidden == 16) with_type(I64{}, I16{});
-  else if (s.head_dim == 128 && s.hidden == 8) with_type(I128{}, I8{});
-  else if (s.head_dim == 128 && s.hidden == 16) with_type(I128{}, I16{});
-  else throw std::invalid_argument("fused coupling: unsupported head_dim/hidden " + std::to_string(s.head_dim) + "/" +
-                                   std::to_string(s.hidden) + " (compiled: 64 or 128 / 8 or 16)");
-}
-
 void validate(const CouplingShape& s, const AffineCouplingParams& params) {
   if (!fused_coupling_shape_supported(s.head_dim, s.hidden, params.num_steps))
     throw std::invalid_argument("fused coupling: unsupported " + shape_text(s, params.num_steps) +
@@ -328,7 +304,7 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
   const int64_t smem = forward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
   const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch(s, type, [&](auto d, auto r, auto tag) {
+  dispatch_compiled_shape(s, type, "fused coupling", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = coupling_kernel<D, R, T, Inverse>;
@@ -400,7 +376,7 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
   const int64_t smem = fused_coupling_backward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
   const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch(s, type, [&](auto d, auto r, auto tag) {
+  dispatch_compiled_shape(s, type, "fused coupling", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = coupling_backward_kernel<D, R, T>;

@@ -4,20 +4,20 @@
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
 #include "cqk/fused_attention.h"
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/runtime.h"
 
 #ifdef CQK_WITH_CUDA
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
 
+#include "coupling_autograd.h"
 #include "fused_attention.h"  // kernels/: the launchers
 #include "kernel_arguments.h"
 #endif
@@ -26,18 +26,15 @@ namespace cqk {
 
 namespace {
 
-std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("CQK_FUSED_ATTENTION");
-    return env != nullptr && std::string(env) == "1";
-  }()};
-  return flag;
+ProcessSwitch& enabled_switch() {
+  static ProcessSwitch on("CQK_FUSED_ATTENTION", /*default_on=*/false);
+  return on;
 }
 
 }  // namespace
 
-bool fused_attention_enabled() { return enabled_flag().load(); }
-void set_fused_attention_enabled(bool enabled) { enabled_flag().store(enabled); }
+bool fused_attention_enabled() { return enabled_switch().on(); }
+void set_fused_attention_enabled(bool enabled) { enabled_switch().set(enabled); }
 
 #ifdef CQK_WITH_CUDA
 
@@ -77,14 +74,6 @@ kn::CoupledAttentionInputs kernel_inputs(const CouplingOptions& options, const s
   return in;
 }
 
-CouplingOptions saved_options(AutogradContext* ctx) {
-  return CouplingOptions(CouplingKind::Affine, ctx->saved_data["heads"].toInt(), ctx->saved_data["head_dim"].toInt())
-      .hidden(ctx->saved_data["hidden"].toInt())
-      .steps(ctx->saved_data["steps"].toInt())
-      .clamp(ctx->saved_data["clamp"].toDouble())
-      .shared_across_heads(ctx->saved_data["shared"].toBool());
-}
-
 // Saves the inputs (read in place where the kernels can), the output, the
 // row statistics lse2, the RoPE tables and the weights: no coupled q or k.
 struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAttention> {
@@ -105,12 +94,7 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
     ctx->save_for_backward(saved);
     ctx->saved_data["rope"] = cos.defined();
     if (cos.defined()) ctx->saved_data["rope_cos"] = cos, ctx->saved_data["rope_sin"] = sin;
-    ctx->saved_data["heads"] = options.num_heads();
-    ctx->saved_data["head_dim"] = options.head_dim();
-    ctx->saved_data["hidden"] = options.hidden();
-    ctx->saved_data["steps"] = options.steps();
-    ctx->saved_data["clamp"] = options.clamp();
-    ctx->saved_data["shared"] = options.shared_across_heads();
+    save_coupling_options(ctx, options);
     return {o};
   }
 
@@ -118,7 +102,7 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse2 = saved[4];
     const std::vector<at::Tensor> weights(saved.begin() + 5, saved.end());
-    const auto options = saved_options(ctx);
+    const auto options = saved_coupling_options(ctx);
     at::Tensor cos, sin;
     if (ctx->saved_data["rope"].toBool())
       cos = ctx->saved_data["rope_cos"].toTensor(), sin = ctx->saved_data["rope_sin"].toTensor();
@@ -173,7 +157,10 @@ bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::T
   if (q.size(0) * q.size(1) > 65535) return false;  // one grid row per (batch, head)
   {
     const c10::cuda::CUDAGuard guard(q.device());
-    if (!kn::coupled_attention_supported(o.head_dim(), o.hidden(), o.steps())) return false;
+    // The backward runs the attention's kernels and then the coupling's one-pass backward.
+    if (!kn::coupled_attention_supported(o.head_dim(), o.hidden(), o.steps()) ||
+        !kn::fused_coupling_supported(o.head_dim(), o.hidden(), o.steps()))
+      return false;
   }
   for (const auto& p : coupling.parameters())
     if (p.scalar_type() != at::kFloat || p.device() != q.device()) return false;

@@ -4,18 +4,18 @@
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
 #include "cqk/fused_coupling.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "cqk/coupling.h"
+#include "cqk/runtime.h"
 
 #ifdef CQK_WITH_CUDA
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
 
+#include "coupling_autograd.h"
 #include "fused_coupling.h"  // kernels/: the launchers
 #include "kernel_arguments.h"
 #endif
@@ -24,18 +24,33 @@ namespace cqk {
 
 namespace {
 
-std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("CQK_FUSED_COUPLING");
-    return !(env && std::string(env) == "0");
-  }()};
-  return flag;
+ProcessSwitch& enabled_switch() {
+  static ProcessSwitch on("CQK_FUSED_COUPLING", /*default_on=*/true);
+  return on;
 }
 
 }  // namespace
 
-bool fused_coupling_enabled() { return enabled_flag().load(); }
-void set_fused_coupling_enabled(bool enabled) { enabled_flag().store(enabled); }
+bool fused_coupling_enabled() { return enabled_switch().on(); }
+void set_fused_coupling_enabled(bool enabled) { enabled_switch().set(enabled); }
+
+namespace fused {
+
+std::vector<at::Tensor> affine_weights(const QKCouplingImpl& coupling) {
+  const auto named = coupling.named_parameters();
+  std::vector<at::Tensor> weights;
+  for (int64_t i = 0; i < coupling.options().steps(); ++i) {
+    for (const char* name : {"w1", "b1", "w2", "b2"}) {
+      const std::string key = "conditioner" + std::to_string(i) + "." + name;
+      const at::Tensor* w = named.find(key);
+      if (!w) throw std::logic_error("the coupling has no parameter " + key);
+      weights.push_back(*w);
+    }
+  }
+  return weights;
+}
+
+}  // namespace fused
 
 #ifdef CQK_WITH_CUDA
 
@@ -86,24 +101,14 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
     std::vector<at::Tensor> saved{q_out, k_out};
     saved.insert(saved.end(), w.begin(), w.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["heads"] = options.num_heads();
-    ctx->saved_data["head_dim"] = options.head_dim();
-    ctx->saved_data["hidden"] = options.hidden();
-    ctx->saved_data["steps"] = options.steps();
-    ctx->saved_data["clamp"] = options.clamp();
-    ctx->saved_data["shared"] = options.shared_across_heads();
+    save_coupling_options(ctx, options);
     return {q_out, k_out};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto options = CouplingOptions(CouplingKind::Affine, ctx->saved_data["heads"].toInt(),
-                                         ctx->saved_data["head_dim"].toInt())
-                             .hidden(ctx->saved_data["hidden"].toInt())
-                             .steps(ctx->saved_data["steps"].toInt())
-                             .clamp(ctx->saved_data["clamp"].toDouble())
-                             .shared_across_heads(ctx->saved_data["shared"].toBool());
+    const auto options = saved_coupling_options(ctx);
     const at::Tensor& q_out = saved[0];
     const at::Tensor& k_out = saved[1];
     const std::vector<at::Tensor> weights(saved.begin() + 2, saved.end());
@@ -127,19 +132,6 @@ bool fused_coupling_built() { return true; }
 
 namespace fused {
 
-std::vector<at::Tensor> affine_weights(const QKCouplingImpl& coupling) {
-  const auto named = coupling.named_parameters();
-  std::vector<at::Tensor> weights;
-  for (int64_t i = 0; i < coupling.options().steps(); ++i) {
-    for (const char* name : {"w1", "b1", "w2", "b2"}) {
-      const std::string key = "conditioner" + std::to_string(i) + "." + name;
-      const at::Tensor* w = named.find(key);
-      if (!w) fail("the coupling has no parameter " + key);
-      weights.push_back(*w);
-    }
-  }
-  return weights;
-}
 
 void affine_forward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights, const at::Tensor& q,
                         const at::Tensor& k, const at::Tensor& q_out, const at::Tensor& k_out, bool inverse) {
@@ -228,7 +220,6 @@ std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl&, c
 }
 
 namespace fused {
-std::vector<at::Tensor> affine_weights(const QKCouplingImpl&) { not_built(); }
 void affine_forward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,
                         const at::Tensor&, const at::Tensor&, bool) {
   not_built();

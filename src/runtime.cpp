@@ -25,4 +25,10 @@ int configure_threads(int requested) {
   return at::get_num_threads();
 }
 
+ProcessSwitch::ProcessSwitch(const char* environment_variable, bool default_on) : on_(default_on) {
+  const char* value = std::getenv(environment_variable);
+  if (value != nullptr && std::string(value) == "1") on_.store(true);
+  if (value != nullptr && std::string(value) == "0") on_.store(false);
+}
+
 }  // namespace cqk

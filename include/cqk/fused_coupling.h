@@ -6,7 +6,7 @@
 //
 // Builds without CUDA (CQK_WITH_CUDA undefined) get the same functions:
 // fused_coupling_built() is false, fused_affine_coupling_applies() is false and
-// the others throw std::logic_error.
+// the others but fused::affine_weights throw std::logic_error.
 #include <ATen/core/Tensor.h>
 
 #include <utility>

@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 
 namespace cqk {
 
@@ -11,5 +12,18 @@ int configure_threads(int requested = 0);
 
 // Number of CPUs this process may run on.
 int available_cpus();
+
+// A process-wide on/off switch (which implementation to take, say) whose
+// start value comes from an environment variable: "1" on, "0" off, anything
+// else or unset the default.
+class ProcessSwitch {
+ public:
+  ProcessSwitch(const char* environment_variable, bool default_on);
+  bool on() const { return on_.load(); }
+  void set(bool on) { on_.store(on); }
+
+ private:
+  std::atomic<bool> on_;
+};
 
 }  // namespace cqk

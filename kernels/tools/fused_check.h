@@ -151,6 +151,26 @@ inline at::Tensor input(const Case& c) {
   return at::randn({c.batch, c.heads, c.time, c.head_dim}, options).to(c.dtype);
 }
 
+// A coupling on the GPU with random weights (randomise), and its float64 copy for the reference.
+inline QKCoupling random_coupling(const CouplingOptions& options) {
+  QKCoupling coupling(options);
+  coupling->to(at::kCUDA);
+  randomise(coupling);
+  return coupling;
+}
+
+inline QKCoupling float64_copy(const QKCoupling& coupling) {
+  QKCoupling copy(coupling->options());
+  {
+    at::NoGradGuard no_grad;
+    auto dst = copy->parameters();
+    const auto src = coupling->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  }
+  copy->to(at::kCUDA, at::kDouble);
+  return copy;
+}
+
 inline at::Tensor poisoned(const at::Tensor& like) {
   return at::full(like.sizes(), std::numeric_limits<double>::quiet_NaN(),
                   like.options().memory_format(at::MemoryFormat::Contiguous));
@@ -184,17 +204,8 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   at::manual_seed(seed);
   const TokensPerBlock tokens_per_block(c.tokens_per_block);
   const auto options = c.options();
-  QKCoupling coupling(options);
-  coupling->to(at::kCUDA);
-  randomise(coupling);
-  QKCoupling reference(options);
-  {
-    at::NoGradGuard no_grad;
-    auto dst = reference->parameters();
-    auto src = coupling->parameters();
-    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
-  }
-  reference->to(at::kCUDA, at::kDouble);
+  QKCoupling coupling = random_coupling(options);
+  QKCoupling reference = float64_copy(coupling);
 
   const auto q = input(c), k = input(c);
   auto q_ref = q.to(at::kDouble).requires_grad_(), k_ref = k.to(at::kDouble).requires_grad_();
@@ -284,17 +295,8 @@ inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = 
   Result result;
   at::manual_seed(seed);
   const auto options = c.options();
-  QKCoupling coupling(options);
-  coupling->to(at::kCUDA);
-  randomise(coupling);
-  QKCoupling reference(options);
-  {
-    at::NoGradGuard no_grad;
-    auto dst = reference->parameters();
-    auto src = coupling->parameters();
-    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
-  }
-  reference->to(at::kCUDA, at::kDouble);
+  QKCoupling coupling = random_coupling(options);
+  QKCoupling reference = float64_copy(coupling);
   const std::optional<double> rope_base = rope ? std::optional<double>(10000.0) : std::nullopt;
 
   const auto q0 = input(c), k0 = input(c), v0 = input(c), grad_o = input(c);
