@@ -123,6 +123,38 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
       << inspect.out;
 }
 
+// `cqk recall` on a grid of 2 couplings x 2 seeds with tiny runs: the table
+// (mean ± sd over seeds), the per-run CSV, and a second call that reuses the
+// finished runs instead of training them again.
+TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
+  cqk::testing::TempDir dir("cqk-recall");
+  const std::string study =
+      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention vanilla --coupling none,affine --seeds 1,2"
+      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
+      " --set data.recall.eval_examples=8 --set train.steps=3 --set train.warmup_steps=1 --set train.eval_every=100"
+      " --set train.checkpoint_every=100 --set train.device=cpu --out " + dir / "study";
+  const auto first = run_tool(study, dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find("(2 seeds: mean ± sd)"), std::string::npos) << first.out;
+  const std::string table = read_file(dir / "study/recall_accuracy.md");
+  EXPECT_NE(table.find("| pairs | seq_len | width | vanilla+none | vanilla+affine |"), std::string::npos) << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex(R"(\| 2 \| 12 \| 16 \| [01]\.\d{3} ± \d\.\d{3} \| [01]\.\d{3} ± \d\.\d{3} \|)")))
+      << table;
+  const std::string csv = read_file(dir / "study/recall_accuracy.csv");
+  for (const char* row : {"2,12,16,vanilla,none,1,", "2,12,16,vanilla,none,2,", "2,12,16,vanilla,affine,1,",
+                          "2,12,16,vanilla,affine,2,"})
+    EXPECT_NE(csv.find(row), std::string::npos) << row << " in\n" << csv;
+  const auto results = nlohmann::json::parse(read_file(dir / "study/p2-t12-d16-vanilla-affine-seed2/results.json"));
+  EXPECT_EQ(results["seed"].get<int64_t>(), 2);
+  EXPECT_EQ(results["name"].get<std::string>(), "recall-p2-t12-d16-vanilla-affine");
+
+  const auto second = run_tool(study, dir.path());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(read_file(dir / "study/recall_accuracy.md"), table);
+  EXPECT_NE(second.err.find("(finished before)"), std::string::npos) << second.err;
+  EXPECT_EQ(second.err.find("parameters:"), std::string::npos) << "a finished run was trained again:\n" << second.err;
+}
+
 TEST(CliTool, InspectPrintsTheModel) {
   cqk::testing::TempDir dir("cqk-cli");
   const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };

@@ -1,13 +1,16 @@
 // `cqk recall`: the associative-recall study. Trains one small model per grid
-// point (pairs x sequence length x width x attention kind x coupling kind) on
-// the generated multi-query associative-recall task and tabulates test accuracy.
+// point (pairs x sequence length x width x attention kind x coupling kind) and
+// seed on the generated multi-query associative-recall task and tabulates test
+// accuracy (mean and standard deviation over the seeds).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/log.h"
+#include "cqk/statistics.h"
 #include "cqk/trainer.h"
 
 namespace cqk::cli {
@@ -31,17 +35,30 @@ struct GridPoint {
   }
 };
 
-std::string format_accuracy(double accuracy) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%.3f", accuracy);
+// "0.912" for one seed, "0.912 ± 0.031" (sample sd) for several.
+std::string format_accuracy(const std::vector<double>& accuracies) {
+  char text[48];
+  if (accuracies.size() == 1) std::snprintf(text, sizeof text, "%.3f", accuracies[0]);
+  else std::snprintf(text, sizeof text, "%.3f ± %.3f", stats::mean(accuracies), stats::sample_sd(accuracies));
   return text;
+}
+
+// Test accuracy of a finished run (its results.json), or nullopt when it has not finished.
+std::optional<double> finished_accuracy(const std::filesystem::path& run_dir) {
+  std::ifstream in(run_dir / "results.json");
+  if (!in) return std::nullopt;
+  try {
+    return nlohmann::json::parse(in).at("test").at("accuracy").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error((run_dir / "results.json").string() + ": " + e.what());
+  }
 }
 
 }  // namespace
 
 void add_recall_command(CLI::App& app) {
   struct Arguments {
-    std::vector<int64_t> pairs{4, 8}, seq_lens{32}, widths{64};
+    std::vector<int64_t> pairs{4, 8}, seq_lens{32}, widths{64}, seeds{1};
     std::vector<std::string> attention{"vanilla", "diff", "qknorm", "mta"}, coupling{"none", "affine"};
     std::vector<std::string> overrides;
     std::string out = "runs/recall";
@@ -53,6 +70,9 @@ void add_recall_command(CLI::App& app) {
   recall->add_option("--width", args->widths, "Model widths")->delimiter(',')->capture_default_str();
   recall->add_option("--attention", args->attention, "Attention kinds")->delimiter(',')->capture_default_str();
   recall->add_option("--coupling", args->coupling, "Coupling kinds")->delimiter(',')->capture_default_str();
+  recall->add_option("--seeds", args->seeds, "Seeds: every grid point is trained once per seed")
+      ->delimiter(',')
+      ->capture_default_str();
   recall->add_option("--set", args->overrides, "Config override applied to every run (e.g. train.steps=400)")
       ->type_name("KEY=VALUE");
   recall->add_option("--out", args->out, "Folder of the study: one run folder per grid point and the tables")
@@ -67,58 +87,76 @@ void add_recall_command(CLI::App& app) {
             for (const auto& coupling : args->coupling) grid.push_back({pairs, seq_len, width, attention, coupling});
 
     // Validate every grid point before spending minutes on the first runs.
-    std::vector<Config> configs;
+    struct Run {
+      const GridPoint* point;
+      int64_t seed;
+      Config config;
+      std::string dir;
+    };
+    std::vector<Run> runs;
     for (const auto& point : grid) {
-      auto overrides = args->overrides;
-      overrides.insert(overrides.end(),
-                       {"data.kind=recall", "data.recall.pairs=" + std::to_string(point.pairs),
-                        "data.seq_len=" + std::to_string(point.seq_len), "model.width=" + std::to_string(point.width),
-                        "model.attention.kind=" + point.attention, "model.attention.coupling.kind=" + point.coupling,
-                        "run.name=recall-" + point.name()});
-      configs.push_back(default_config(overrides));
+      for (const auto seed : args->seeds) {
+        auto overrides = args->overrides;
+        overrides.insert(overrides.end(),
+                         {"data.kind=recall", "data.recall.pairs=" + std::to_string(point.pairs),
+                          "data.seq_len=" + std::to_string(point.seq_len), "model.width=" + std::to_string(point.width),
+                          "model.attention.kind=" + point.attention, "model.attention.coupling.kind=" + point.coupling,
+                          "run.name=recall-" + point.name(), "run.seed=" + std::to_string(seed)});
+        runs.push_back({&point, seed, default_config(overrides),
+                        (std::filesystem::path(args->out) / (point.name() + "-seed" + std::to_string(seed))).string()});
+      }
     }
 
     std::filesystem::create_directories(args->out);
-    std::map<std::string, double> accuracy;  // grid point name -> test accuracy
-    for (size_t i = 0; i < grid.size(); ++i) {
-      const auto run_dir = (std::filesystem::path(args->out) / grid[i].name()).string();
-      log::info("recall run " + std::to_string(i + 1) + "/" + std::to_string(grid.size()) + ": " + grid[i].name());
-      TrainOptions options;
-      options.run_dir = run_dir;
-      options.resume = !list_checkpoints(run_dir).empty();  // an interrupted study picks up where it stopped
-      const auto summary = train(configs[i], options);
-      if (summary.outcome == TrainOutcome::Interrupted) {
-        exit_status() = exit_code(summary.outcome);
-        return;
+    std::map<std::string, std::vector<double>> accuracy;  // grid point name -> test accuracy per seed
+    std::ostringstream csv;
+    csv << "pairs,seq_len,width,attention,coupling,seed,test_accuracy\n";
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& run = runs[i];
+      const std::string label = "recall run " + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + ": " +
+                                run.point->name() + " seed " + std::to_string(run.seed);
+      std::optional<double> acc = finished_accuracy(run.dir);  // a study run again skips what it has
+      if (acc) {
+        log::info(label + " (finished before)");
+      } else {
+        log::info(label);
+        TrainOptions options;
+        options.run_dir = run.dir;
+        options.resume = !list_checkpoints(run.dir).empty();  // an interrupted run picks up where it stopped
+        const auto summary = train(run.config, options);
+        if (summary.outcome == TrainOutcome::Interrupted) {
+          exit_status() = exit_code(summary.outcome);
+          return;
+        }
+        acc = summary.test.accuracy;
       }
-      accuracy[grid[i].name()] = summary.test.accuracy;
+      accuracy[run.point->name()].push_back(*acc);
+      const GridPoint& p = *run.point;
+      csv << p.pairs << "," << p.seq_len << "," << p.width << "," << p.attention << "," << p.coupling << ","
+          << run.seed << "," << *acc << "\n";
     }
 
     // One row per (pairs, seq_len, width); one column per attention x coupling.
-    std::ostringstream markdown, csv;
+    std::ostringstream markdown;
     markdown << "| pairs | seq_len | width |";
     for (const auto& a : args->attention)
       for (const auto& c : args->coupling) markdown << " " << a << "+" << c << " |";
     markdown << "\n|---|---|---|";
     for (size_t i = 0; i < args->attention.size() * args->coupling.size(); ++i) markdown << "---|";
     markdown << "\n";
-    csv << "pairs,seq_len,width,attention,coupling,test_accuracy\n";
     for (auto pairs : args->pairs)
       for (auto seq_len : args->seq_lens)
         for (auto width : args->widths) {
           markdown << "| " << pairs << " | " << seq_len << " | " << width << " |";
           for (const auto& a : args->attention)
-            for (const auto& c : args->coupling) {
-              const GridPoint point{pairs, seq_len, width, a, c};
-              const double acc = accuracy.at(point.name());
-              markdown << " " << format_accuracy(acc) << " |";
-              csv << pairs << "," << seq_len << "," << width << "," << a << "," << c << "," << acc << "\n";
-            }
+            for (const auto& c : args->coupling)
+              markdown << " " << format_accuracy(accuracy.at(GridPoint{pairs, seq_len, width, a, c}.name())) << " |";
           markdown << "\n";
         }
     write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.md").string(), markdown.str());
     write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.csv").string(), csv.str());
-    std::printf("test accuracy on multi-query associative recall\n\n%s\n", markdown.str().c_str());
+    std::printf("test accuracy on multi-query associative recall (%zu seed%s%s)\n\n%s\n", args->seeds.size(),
+                args->seeds.size() == 1 ? "" : "s", args->seeds.size() == 1 ? "" : ": mean ± sd", markdown.str().c_str());
   });
 }
 
