@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU check of the fused coupling kernels (docs/KERNELS.md), in one call on a
-# machine with a GPU, under 8 minutes: builds cqk, runs the GPU tests, prints
-# the benchmark table last.
+# GPU check of the fused coupling and flash attention kernels (docs/KERNELS.md),
+# in one call on a machine with a GPU, under 8 minutes: builds cqk, runs the GPU
+# tests, times 150M training steps with and without coupling (issue 9), prints
+# the kernel benchmark table last.
 #
 #   scripts/gpu_check.sh                 the check (on the GPU machine)
 #   scripts/gpu_check.sh --standalone    skip the full build: kernels/standalone only
@@ -189,6 +190,24 @@ if [[ -x "$BENCH" ]] && (( $(left) > 60 )); then
   fi
 fi
 
+# --- training throughput (full mode): issue 9's GPU targets ---------------------------
+# The 150M model in bf16 with and without coupling, steps alternated in one
+# process: MFU against the datasheet peak (target 45%) and the coupled/base
+# step-time ratio (target 1.03). Written to train-bench.md.
+if [[ "$MODE" == full && -x "$BUILD/cqk" ]] && (( $(left) > 120 )); then
+  say "training benchmark: 150M bf16, coupled vs base"
+  if timeout 150 "$BUILD/cqk" bench train configs/bench/150m-vanilla-affine.yaml --compare configs/bench/150m-vanilla.yaml \
+      --warmup 3 --steps 10 >"$LOGS/train-bench.md" 2>"$LOGS/train-bench.err"; then
+    note "training benchmark: $(grep -E '^step-time ratio' "$LOGS/train-bench.md" | head -1)"
+    for line in $(grep -nE '^MFU' "$LOGS/train-bench.md" | cut -d: -f1); do
+      note "  $(sed -n "${line}p" "$LOGS/train-bench.md")"
+    done
+  else
+    tail -5 "$LOGS/train-bench.err"
+    fail "training benchmark (log: $LOGS/train-bench.err)"
+  fi
+fi
+
 # --- the whole suite, in the time left (full mode) -----------------------------------
 if [[ "$MODE" == full ]]; then
   t=$(( $(left) - 15 ))
@@ -212,7 +231,7 @@ fi
 
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   # At most 8 files come back from a device machine: the ones worth reading.
-  for f in bench.md gpu-tests.log gpu-checks.log suite.log build.log configure.log standalone-build.log; do
+  for f in bench.md train-bench.md gpu-tests.log gpu-checks.log suite.log build.log configure.log standalone-build.log; do
     [[ -f "$LOGS/$f" ]] && cp "$LOGS/$f" "$OUT/" 2>/dev/null
   done
 fi
