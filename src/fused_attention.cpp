@@ -120,16 +120,18 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
                                         lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_coupled.data_ptr<float>(),
                                         dk_coupled.data_ptr<float>(), dv.data_ptr(), stream);
 
-    // The coupling's backward from its outputs, recomputed here (the forward kept none).
-    auto q_coupled = at::empty_like(q, at::MemoryFormat::Contiguous);
-    auto k_coupled = at::empty_like(k, at::MemoryFormat::Contiguous);
-    fused::affine_forward_out(options, weights, q, k, q_coupled, k_coupled);
-    auto dq = at::empty_like(q_coupled), dk = at::empty_like(k_coupled);
+    // The coupling's backward from its outputs, recomputed here (the forward kept
+    // none) in float32 whatever q's dtype: the attention's kernels coupled q and
+    // k in float32 registers, and the gradients above are float32 too, so bf16
+    // inputs lose nothing more than their own rounding.
+    const auto q32 = q.to(at::kFloat), k32 = k.to(at::kFloat);
+    auto q_coupled = at::empty(q.sizes(), f32), k_coupled = at::empty(k.sizes(), f32);
+    fused::affine_forward_out(options, weights, q32, k32, q_coupled, k_coupled);
+    auto dq = at::empty(q.sizes(), f32), dk = at::empty(k.sizes(), f32);
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w, at::MemoryFormat::Contiguous));
-    fused::affine_backward_out(options, weights, q_coupled, k_coupled, dq_coupled.to(q.scalar_type()),
-                               dk_coupled.to(q.scalar_type()), dq, dk, weight_grads);
-    variable_list result{dq, dk, dv};
+    fused::affine_backward_out(options, weights, q_coupled, k_coupled, dq_coupled, dk_coupled, dq, dk, weight_grads);
+    variable_list result{dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv};
     result.insert(result.end(), weight_grads.begin(), weight_grads.end());
     result.emplace_back();  // options
     result.emplace_back();  // rope_base
