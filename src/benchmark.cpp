@@ -403,7 +403,7 @@ class Session {
     r.achieved_flops = r.tokens_per_s * r.flops_per_token;
   }
 
-  // MFU against a peak measured here (after the steps, so its buffers stay out of the RSS peak).
+  // MFU against the matmul peak PeakMeter measured (best of before and after the timed steps).
   void set_peak(double measured_peak, int64_t size) {
     auto& r = result_;
     r.peak_size = size;

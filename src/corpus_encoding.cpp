@@ -31,12 +31,6 @@ std::string human(double value) {
   return text;
 }
 
-std::string hex64(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
@@ -113,9 +107,9 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
 EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, const std::string& out_dir, int jobs) {
   fs::create_directories(out_dir);
   nlohmann::json meta = {{"format", corpus.format},
-                         {"source", corpus.dir.empty() ? corpus.train : fs::absolute(corpus.dir).string()},
+                         {"source", fs::absolute(corpus.dir.empty() ? corpus.train : corpus.dir).string()},
                          {"tokenizer", fs::absolute(tokenizer.path()).string()},
-                         {"tokenizer_checksum", hex64(tokenizer.checksum())},  // FNV-1a 64 of the .model
+                         {"tokenizer_checksum", checksum_hex(tokenizer.checksum())},  // FNV-1a 64 of the .model
                          {"vocab_size", tokenizer.vocab_size()},
                          {"newline_id", tokenizer.newline_id()}};
   EncodeStats total;

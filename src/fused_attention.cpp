@@ -171,6 +171,19 @@ bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::T
 
 at::Tensor fused_coupled_attention(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, std::optional<double> rope_base) {
+  // The kernels trust the shapes: check here what applies() checks (but the switch).
+  const auto& o = coupling.options();
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (!t->defined() || !t->is_cuda() || t->device() != q.device() || t->sizes() != q.sizes() ||
+        t->scalar_type() != q.scalar_type())
+      throw std::invalid_argument(std::string(kWho) + ": q, k and v must be CUDA tensors of one shape, dtype and "
+                                  "device");
+  if (q.dim() != 4 || q.size(1) != o.num_heads() || q.size(3) != o.head_dim())
+    throw std::invalid_argument(std::string(kWho) + ": q must be [batch, " + std::to_string(o.num_heads()) +
+                                ", time, " + std::to_string(o.head_dim()) + "], got " + c10::str(q.sizes()));
+  if (o.kind() != CouplingKind::Affine) throw std::invalid_argument(std::string(kWho) + ": the coupling must be affine");
+  args::element_type(q, kWho);
+  if (q.size(0) * q.size(1) > 65535) throw std::invalid_argument(std::string(kWho) + ": batch * heads above 65535");
   const auto weights = fused::affine_weights(coupling);
   return FusedCoupledAttention::apply(q, k, v, at::TensorList(weights), coupling.options(), rope_base)[0];
 }

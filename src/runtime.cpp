@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace cqk {
@@ -27,8 +28,10 @@ int configure_threads(int requested) {
 
 ProcessSwitch::ProcessSwitch(const char* environment_variable, bool default_on) : on_(default_on) {
   const char* value = std::getenv(environment_variable);
-  if (value != nullptr && std::string(value) == "1") on_.store(true);
-  if (value != nullptr && std::string(value) == "0") on_.store(false);
+  if (value == nullptr || *value == '\0') return;
+  if (std::string(value) != "0" && std::string(value) != "1")
+    throw std::invalid_argument(std::string(environment_variable) + " must be 0 or 1, got '" + value + "'");
+  on_.store(std::string(value) == "1");
 }
 
 }  // namespace cqk

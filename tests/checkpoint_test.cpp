@@ -415,14 +415,9 @@ TEST(Checkpoint, WeightsForPythonLoadWithTorchLoad) {
       "      all(isinstance(v, torch.Tensor) for v in sd.values()), same, default)\n";
   const auto script_path = dir / "check.py";
   write_file(script_path, script);
-  const std::string command = python + " " + script_path + " " + path + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  ASSERT_EQ(status, 0) << output;
+  const auto check = cqk::testing::run_command(python + " " + script_path + " " + path);
+  const std::string& output = check.out;
+  ASSERT_EQ(check.exit_code, 0) << output;
   std::istringstream fields(output);
   std::string type, all_tensors, same, default_load;
   size_t count = 0;

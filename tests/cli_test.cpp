@@ -151,8 +151,17 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
   const auto second = run_tool(study, dir.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(read_file(dir / "study/recall_accuracy.md"), table);
-  EXPECT_NE(second.err.find("(finished before)"), std::string::npos) << second.err;
+  EXPECT_EQ(read_file(dir / "study/recall_accuracy.csv"), csv);
+  size_t reused = 0;
+  for (auto at = second.err.find("(finished before)"); at != std::string::npos;
+       at = second.err.find("(finished before)", at + 1))
+    ++reused;
+  EXPECT_EQ(reused, 4u) << second.err;
   EXPECT_EQ(second.err.find("parameters:"), std::string::npos) << "a finished run was trained again:\n" << second.err;
+
+  // The same folder with other settings is refused, not mixed into the table; so is a repeated seed.
+  expect_one_error_line(run_tool(study + " --set train.steps=4", dir.path()), "finished with another config");
+  expect_one_error_line(run_tool(study + " --seeds 1,1", dir.path()), "--seeds: a value appears twice");
 }
 
 TEST(CliTool, InspectPrintsTheModel) {

@@ -2,13 +2,10 @@
 // end to end on a small generated text. No timing assertions: the figures
 // exist, are positive and are consistent with each other.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 

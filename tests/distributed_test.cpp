@@ -30,23 +30,17 @@ using cqk::testing::shell_quote;
 
 using cqk::testing::TempDir;
 
-struct CommandResult {
+// A command's exit status and output (stdout and stderr), and how long it took.
+struct TimedResult {
   int exit_code = -1;
-  std::string output;  // stdout and stderr together
+  std::string output;
   double seconds = 0;
 };
 
-CommandResult run(const std::string& command) {
-  CommandResult result;
+TimedResult run(const std::string& command) {
   const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  const auto r = cqk::testing::run_command(command);
+  return {r.exit_code, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
 // A loopback port that was free a moment ago.

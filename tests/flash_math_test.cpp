@@ -15,6 +15,7 @@
 
 #include "coupling_math.cuh"
 #include "cqk/coupling.h"
+#include "cqk/rope.h"
 #include "flash_math.cuh"
 
 namespace {
@@ -260,26 +261,31 @@ TEST(FlashMathCoupling, TilesRunOnlyTheStepsTheirVectorNeeds) {
   }
 }
 
-// rope_channel against the rotate-half rotation, and its transpose (-sin) as
-// the adjoint: <R x, y> == <x, R^T y>.
-TEST(FlashMathRope, ChannelRotationAndItsTranspose) {
+// rope_channel with the angles of the kernels' tables against cqk::apply_rope
+// (what the default path runs), and its transpose (-sin) as the adjoint:
+// <R x, y> == <x, R^T y>.
+TEST(FlashMathRope, ChannelRotationMatchesApplyRopeAndItsTranspose) {
   constexpr int D = 16, Half = D / 2;
+  constexpr int64_t kPosition = 5;
+  const double base = 10000.0;
   at::manual_seed(3);
   const Matrix xy(at::randn({2, D}));
   const float* x = xy.row(0);
   const float* y = xy.row(1);
-  const float position = 5.0f;
+  const Matrix expected(cqk::apply_rope(xy.tensor().to(at::kFloat).narrow(0, 0, 1).view({1, 1, 1, D}), base, kPosition)
+                            .view({1, D}));
   float rx[D], rty[D];
   double lhs = 0, rhs = 0;
   for (int c = 0; c < D; ++c) {
     const int i = c % Half;
-    const float angle = position * std::pow(10000.0f, -2.0f * static_cast<float>(i) / D);
+    // As src/fused_attention.cpp's tables: t * base^(-2i/D) in float64, then float.
+    const double angle = static_cast<double>(kPosition) * std::pow(base, -2.0 * i / D);
+    const float cos_a = static_cast<float>(std::cos(angle)), sin_a = static_cast<float>(std::sin(angle));
     const bool upper = c >= Half;
     const int partner = upper ? c - Half : c + Half;
-    rx[c] = kn::rope_channel(x[c], x[partner], std::cos(angle), std::sin(angle), upper);
-    rty[c] = kn::rope_channel(y[c], y[partner], std::cos(angle), -std::sin(angle), upper);
-    const float rotate_half = upper ? x[c - Half] : -x[c + Half];
-    EXPECT_NEAR(rx[c], x[c] * std::cos(angle) + rotate_half * std::sin(angle), 1e-6);
+    rx[c] = kn::rope_channel(x[c], x[partner], cos_a, sin_a, upper);
+    rty[c] = kn::rope_channel(y[c], y[partner], cos_a, -sin_a, upper);
+    EXPECT_NEAR(rx[c], expected.row(0)[c], 1e-6) << "channel " << c;
   }
   for (int c = 0; c < D; ++c) lhs += static_cast<double>(rx[c]) * y[c], rhs += static_cast<double>(x[c]) * rty[c];
   EXPECT_NEAR(lhs, rhs, 1e-5);

@@ -148,6 +148,14 @@ TEST(FusedAttention, AttentionModuleGivesTheDefaultPathsResults) {
     for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
   }
   const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
+  {
+    // The module's q, k, v: [2, 4 heads, 130, 64]; with the switch on the flash path must take them.
+    const FusedAttentionSwitch on(true);
+    const auto qkv = at::randn({2, 4, 130, 64}, at::kCUDA);
+    const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
+    ASSERT_TRUE(coupling);
+    ASSERT_TRUE(cqk::fused_coupled_attention_applies(*coupling, qkv, qkv, qkv));
+  }
   std::vector<at::Tensor> results[2];
   for (int flash = 0; flash < 2; ++flash) {
     const FusedAttentionSwitch path(flash == 1);

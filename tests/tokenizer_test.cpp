@@ -79,11 +79,9 @@ void write_text(const fs::path& path, const std::string& text) {
 
 // Runs a shell command; returns its exit status and sets `output` to stdout+stderr.
 int run(const std::string& command, std::string* output = nullptr) {
-  TempDir dir;
-  const auto log = dir.path / "out.txt";
-  const int status = std::system((command + " >" + log.string() + " 2>&1").c_str());
-  if (output) *output = read_file(log);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const auto r = cqk::testing::run_command(command);
+  if (output) *output = r.out;
+  return r.exit_code;
 }
 
 // A tiny model trained once for the whole file.

@@ -1,6 +1,6 @@
 #pragma once
-// Text to token files: what `cqk data encode` and `cqk bench data` run.
-// Torch-free (Tokenizer lives in cqk_support, TokenFileWriter in token_file.h).
+// Text to token files: what `cqk data encode` and `cqk bench data` run
+// (Tokenizer from cqk_support, TokenFileWriter from token_file.h).
 #include <cstdint>
 #include <string>
 

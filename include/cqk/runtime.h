@@ -14,8 +14,9 @@ int configure_threads(int requested = 0);
 int available_cpus();
 
 // A process-wide on/off switch (which implementation to take, say) whose
-// start value comes from an environment variable: "1" on, "0" off, anything
-// else or unset the default.
+// start value comes from an environment variable: "1" on, "0" off, unset or
+// empty the default; any other value throws std::invalid_argument naming the
+// variable (a typo must not silently select the other implementation).
 class ProcessSwitch {
  public:
   ProcessSwitch(const char* environment_variable, bool default_on);

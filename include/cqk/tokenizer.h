@@ -21,6 +21,8 @@ uint64_t fnv1a64(const void* data, std::size_t size, uint64_t hash = kFnv1aOffse
 // FNV-1a 64 of a file's bytes (the tokenizer checksum stored in token files).
 // Throws std::runtime_error when the file cannot be read.
 uint64_t file_checksum(const std::string& path);
+// A checksum as text, "0x" and 16 hex digits (as meta.json and the logs show it).
+std::string checksum_hex(uint64_t checksum);
 
 struct TokenizerTrainOptions {
   std::vector<std::string> inputs;  // text files, one sentence/paragraph per line

@@ -115,9 +115,12 @@ int run_checks(bool quick) {
   }
   for (const auto& c : cqk::fused_check::attention_cases()) {
     if (quick && c.time > 100) continue;
-    const auto r = cqk::fused_check::check_coupled_attention(c, seed++);
-    std::printf("%s flash    %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL", c.name().c_str(), r.worst);
-    if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
+    for (bool rope : {true, false}) {
+      const auto r = cqk::fused_check::check_coupled_attention(c, seed++, rope);
+      std::printf("%s flash    %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL",
+                  (c.name() + (rope ? " rope" : " no rope")).c_str(), r.worst);
+      if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
+    }
   }
   std::printf("checks: %d failed\n", failures);
   return failures == 0 ? 0 : 1;

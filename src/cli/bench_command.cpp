@@ -27,10 +27,12 @@ void add_bench_data_command(CLI::App& bench) {
   auto* data = bench.add_subcommand(
       "data", "Time tokenizer training, encoding and the token loader (tokens/s), and compare the loader with training");
   data->add_option("--input", args->options.input, "Corpus folder (WikiText layout) or one text file")->required();
-  data->add_option("--tokenizer", args->options.tokenizer, "Encode with this .model instead of training one");
+  auto* tokenizer =
+      data->add_option("--tokenizer", args->options.tokenizer, "Encode with this .model instead of training one");
   data->add_option("--vocab-size", args->options.vocab_size, "Pieces of the tokenizer trained here")
       ->capture_default_str()
-      ->check(CLI::Range(2, 1 << 24));
+      ->check(CLI::Range(2, 1 << 24))
+      ->excludes(tokenizer);
   data->add_option("--jobs", args->options.jobs, "Tokenizer and encoding threads (default: all available cores)");
   data->add_option("--work-dir", args->options.work_dir, "Keep the tokenizer and token files here (default: a "
                                                          "temporary folder, removed)");
@@ -42,14 +44,15 @@ void add_bench_data_command(CLI::App& bench) {
   data->add_option("--prefetch", args->options.prefetch, "Batches the prefetch thread keeps ready")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  data->add_option("--train-config", args->training_config,
+  auto* train_config = data->add_option("--train-config", args->training_config,
                    "Reference model whose training tokens/s the loader is compared with (default: the embedded config)");
-  data->add_option("--set", args->overrides, "Override a key of the reference config")->type_name("KEY=VALUE");
-  data->add_option("--train-steps", args->options.training_steps, "Timed training steps of the reference")
+  auto* set = data->add_option("--set", args->overrides, "Override a key of the reference config")->type_name("KEY=VALUE");
+  auto* train_steps = data->add_option("--train-steps", args->options.training_steps, "Timed training steps of the reference")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  data->add_flag("--no-training", args->no_training, "Skip the training reference");
+  auto* no_training = data->add_flag("--no-training", args->no_training, "Skip the training reference");
   data->add_flag("--json", args->json, "Print one JSON object instead of text");
+  for (auto* option : {train_config, set, train_steps}) no_training->excludes(option);
   data->callback([args] {
     if (!args->no_training)
       args->options.training = args->training_config.empty() ? default_config(args->overrides)

@@ -1,17 +1,13 @@
 // `cqk data tokenizer` and `cqk data encode`: the sentencepiece model and the
 // token files the `tokens` batch source reads (corpus_encoding.h does the work).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -19,7 +15,6 @@
 #include "cqk/log.h"
 #include "cqk/runtime.h"
 #include "cqk/text_corpus.h"
-#include "cqk/token_file.h"
 #include "cqk/tokenizer.h"
 
 namespace cqk::cli {
@@ -30,12 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string hex64(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 // Errors name the subcommand; main() prints them as the tool's one
@@ -101,7 +90,7 @@ void add_data_command(CLI::App& app) {
     const auto start = Clock::now();
     train_tokenizer(options);
     log::info("tokenizer: " + std::to_string(seconds_since(start)).substr(0, 6) + " s, checksum " +
-              hex64(file_checksum(targs->out)));
+              checksum_hex(file_checksum(targs->out)));
   }));
 
   struct EncodeArgs {

@@ -43,15 +43,38 @@ std::string format_accuracy(const std::vector<double>& accuracies) {
   return text;
 }
 
-// Test accuracy of a finished run (its results.json), or nullopt when it has not finished.
-std::optional<double> finished_accuracy(const std::filesystem::path& run_dir) {
-  std::ifstream in(run_dir / "results.json");
+// Test accuracy of a run that finished with this config (its results.json), or
+// nullopt when it has not finished. A run finished with another config (the
+// same --out with other settings) is an error, not a result to reuse.
+std::optional<double> finished_accuracy(const std::filesystem::path& run_dir, const Config& config) {
+  const auto path = (run_dir / "results.json").string();
+  std::ifstream in(path);
   if (!in) return std::nullopt;
+  nlohmann::json results;
   try {
-    return nlohmann::json::parse(in).at("test").at("accuracy").get<double>();
+    results = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error((run_dir / "results.json").string() + ": " + e.what());
+    throw std::runtime_error(path + ": " + e.what());
   }
+  const std::string expected = config_hash(config);
+  const std::string found = results.value("config_hash", std::string());
+  if (found != expected)
+    throw std::runtime_error(run_dir.string() + ": finished with another config (config_hash " + found +
+                             ", this study's " + expected + "); use another --out or remove the folder");
+  try {
+    return results.at("test").at("accuracy").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+// Each value once: a repeated seed would reuse its first run's result as a second sample.
+template <class T>
+void require_distinct(const std::string& option, const std::vector<T>& values) {
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (values[i] == values[j])
+        throw std::invalid_argument(option + ": a value appears twice (each grid value and seed once)");
 }
 
 }  // namespace
@@ -79,6 +102,12 @@ void add_recall_command(CLI::App& app) {
       ->capture_default_str();
 
   recall->callback([args] {
+    require_distinct("--pairs", args->pairs);
+    require_distinct("--seq-len", args->seq_lens);
+    require_distinct("--width", args->widths);
+    require_distinct("--attention", args->attention);
+    require_distinct("--coupling", args->coupling);
+    require_distinct("--seeds", args->seeds);
     std::vector<GridPoint> grid;
     for (auto pairs : args->pairs)
       for (auto seq_len : args->seq_lens)
@@ -102,7 +131,10 @@ void add_recall_command(CLI::App& app) {
                           "data.seq_len=" + std::to_string(point.seq_len), "model.width=" + std::to_string(point.width),
                           "model.attention.kind=" + point.attention, "model.attention.coupling.kind=" + point.coupling,
                           "run.name=recall-" + point.name(), "run.seed=" + std::to_string(seed)});
-        runs.push_back({&point, seed, default_config(overrides),
+        Config config = default_config(overrides);
+        // Resolved as the trainer does, so that config_hash matches the one in results.json.
+        if (config.model.vocab_size == 0) config.model.vocab_size = config.data.recall.vocab_size;
+        runs.push_back({&point, seed, config,
                         (std::filesystem::path(args->out) / (point.name() + "-seed" + std::to_string(seed))).string()});
       }
     }
@@ -115,7 +147,7 @@ void add_recall_command(CLI::App& app) {
       const Run& run = runs[i];
       const std::string label = "recall run " + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + ": " +
                                 run.point->name() + " seed " + std::to_string(run.seed);
-      std::optional<double> acc = finished_accuracy(run.dir);  // a study run again skips what it has
+      std::optional<double> acc = finished_accuracy(run.dir, run.config);  // a study run again skips what it has
       if (acc) {
         log::info(label + " (finished before)");
       } else {

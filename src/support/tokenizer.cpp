@@ -117,6 +117,12 @@ uint64_t fnv1a64(const void* data, std::size_t size, uint64_t hash) {
   return hash;
 }
 
+std::string checksum_hex(uint64_t checksum) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(checksum));
+  return text;
+}
+
 uint64_t file_checksum(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
