@@ -117,13 +117,14 @@ EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, 
   for (const char* split : kCorpusSplits) {
     const std::string& input = corpus.split(split);
     const auto output = (fs::path(out_dir) / (std::string(split) + ".bin")).string();
+    const std::string text_file = fs::weakly_canonical(input).string();
     EncodeStats stats;
-    if (const auto same = encoded.find(fs::weakly_canonical(input).string()); same != encoded.end()) {
+    if (const auto same = encoded.find(text_file); same != encoded.end()) {
       fs::copy_file(same->second.first, output, fs::copy_options::overwrite_existing);
       stats = same->second.second;
     } else {
       stats = encode_text_file(tokenizer, input, output, split, jobs);
-      encoded.emplace(fs::weakly_canonical(input).string(), std::make_pair(output, stats));
+      encoded.emplace(text_file, std::make_pair(output, stats));
       total.lines += stats.lines;
       total.tokens += stats.tokens;
       total.bytes += stats.bytes;

@@ -10,6 +10,7 @@
 
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/rope.h"
 #include "cqk/runtime.h"
 
 #ifdef CQK_WITH_CUDA
@@ -47,13 +48,10 @@ using torch::autograd::variable_list;
 
 constexpr const char* kWho = "fused attention";
 
-// cos and sin of t * base^(-2i/d), [time, d/2] float32: the angles of apply_rope
-// (computed in float64 there too), one entry per frequency instead of two.
+// cos and sin of apply_rope's angles, [time, d/2] float32: one entry per
+// frequency (the kernel applies it to both halves).
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device) {
-  const auto opts = at::TensorOptions().dtype(at::kDouble).device(device);
-  const int64_t half = head_dim / 2;
-  const auto inv_freq = at::pow(base, -at::arange(0, half, opts) * (2.0 / static_cast<double>(head_dim)));
-  const auto angles = at::outer(at::arange(0, time, opts), inv_freq);
+  const auto angles = rope_angles(time, head_dim, base, /*position_offset=*/0, device);
   return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
 }
 
@@ -139,8 +137,23 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
   }
 };
 
-bool is_float_or_bf16(const at::Tensor& t) {
-  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+// Why the kernels cannot take these inputs, or "" when they can (the switch
+// and the device's shared memory aside): what applies() asks and what
+// fused_coupled_attention() refuses, since the kernels trust the shapes.
+std::string unsupported_inputs(const CouplingOptions& o, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v) {
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (!t->defined() || !t->is_cuda() || t->device() != q.device() || t->dim() != 4 || t->sizes() != q.sizes() ||
+        t->scalar_type() != q.scalar_type())
+      return "q, k and v must be 4-D CUDA tensors of one shape, dtype and device";
+  if (q.size(1) != o.num_heads() || q.size(3) != o.head_dim())
+    return "q must be [batch, " + std::to_string(o.num_heads()) + ", time, " + std::to_string(o.head_dim()) +
+           "], got " + c10::str(q.sizes());
+  if (q.scalar_type() != at::kFloat && q.scalar_type() != at::kBFloat16)
+    return std::string("dtype ") + c10::toString(q.scalar_type()) + " is not supported (float32, bfloat16)";
+  if (o.kind() != CouplingKind::Affine) return "the coupling must be affine";
+  if (q.size(0) * q.size(1) > 65535) return "batch * heads above 65535 (one grid row per (batch, head))";
+  return "";
 }
 
 }  // namespace
@@ -150,13 +163,7 @@ bool fused_attention_built() { return true; }
 bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v) {
   const auto& o = coupling.options();
-  if (!fused_attention_enabled() || o.kind() != CouplingKind::Affine) return false;
-  for (const at::Tensor* t : {&q, &k, &v})
-    if (!t->defined() || !t->is_cuda() || t->device() != q.device() || t->dim() != 4 || t->sizes() != q.sizes() ||
-        t->scalar_type() != q.scalar_type())
-      return false;
-  if (!is_float_or_bf16(q) || q.size(1) != o.num_heads() || q.size(3) != o.head_dim()) return false;
-  if (q.size(0) * q.size(1) > 65535) return false;  // one grid row per (batch, head)
+  if (!fused_attention_enabled() || !unsupported_inputs(o, q, k, v).empty()) return false;
   {
     const c10::cuda::CUDAGuard guard(q.device());
     // The backward runs the attention's kernels and then the coupling's one-pass backward.
@@ -171,19 +178,8 @@ bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::T
 
 at::Tensor fused_coupled_attention(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, std::optional<double> rope_base) {
-  // The kernels trust the shapes: check here what applies() checks (but the switch).
-  const auto& o = coupling.options();
-  for (const at::Tensor* t : {&q, &k, &v})
-    if (!t->defined() || !t->is_cuda() || t->device() != q.device() || t->sizes() != q.sizes() ||
-        t->scalar_type() != q.scalar_type())
-      throw std::invalid_argument(std::string(kWho) + ": q, k and v must be CUDA tensors of one shape, dtype and "
-                                  "device");
-  if (q.dim() != 4 || q.size(1) != o.num_heads() || q.size(3) != o.head_dim())
-    throw std::invalid_argument(std::string(kWho) + ": q must be [batch, " + std::to_string(o.num_heads()) +
-                                ", time, " + std::to_string(o.head_dim()) + "], got " + c10::str(q.sizes()));
-  if (o.kind() != CouplingKind::Affine) throw std::invalid_argument(std::string(kWho) + ": the coupling must be affine");
-  args::element_type(q, kWho);
-  if (q.size(0) * q.size(1) > 65535) throw std::invalid_argument(std::string(kWho) + ": batch * heads above 65535");
+  if (const auto problem = unsupported_inputs(coupling.options(), q, k, v); !problem.empty())
+    throw std::invalid_argument(std::string(kWho) + ": " + problem);
   const auto weights = fused::affine_weights(coupling);
   return FusedCoupledAttention::apply(q, k, v, at::TensorList(weights), coupling.options(), rope_base)[0];
 }

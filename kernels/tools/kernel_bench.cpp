@@ -217,9 +217,10 @@ void run_bench(const Options& o) {
           sdpa(cqk::apply_rope(a, 10000.0), cqk::apply_rope(b, 10000.0)).backward(grad_out);
         };
       };
-      cqk::set_fused_attention_enabled(true);
+      const bool flash_was_enabled = cqk::fused_attention_enabled();
+      cqk::set_fused_attention_enabled(true);  // applies() asks the switch; the timing calls the path directly
       const bool flash = cqk::fused_coupled_attention_applies(*coupling, q, k, v);
-      cqk::set_fused_attention_enabled(false);
+      cqk::set_fused_attention_enabled(flash_was_enabled);
       const double t_default_rope = time_ms(rope_step(false), o.warmup, o.iters);
       const double t_flash = flash ? time_ms(rope_step(true), o.warmup, o.iters) : 0.0;
       const double elems = static_cast<double>(o.batch * o.heads * T * o.dim);

@@ -50,22 +50,20 @@ std::optional<double> finished_accuracy(const std::filesystem::path& run_dir, co
   const auto path = (run_dir / "results.json").string();
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  nlohmann::json results;
+  std::string found_hash;
+  double accuracy = 0;
   try {
-    results = nlohmann::json::parse(in);
+    const auto results = nlohmann::json::parse(in);
+    found_hash = results.value("config_hash", std::string());
+    accuracy = results.at("test").at("accuracy").get<double>();
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": " + e.what());
   }
   const std::string expected = config_hash(config);
-  const std::string found = results.value("config_hash", std::string());
-  if (found != expected)
-    throw std::runtime_error(run_dir.string() + ": finished with another config (config_hash " + found +
+  if (found_hash != expected)
+    throw std::runtime_error(run_dir.string() + ": finished with another config (config_hash " + found_hash +
                              ", this study's " + expected + "); use another --out or remove the folder");
-  try {
-    return results.at("test").at("accuracy").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": " + e.what());
-  }
+  return accuracy;
 }
 
 // Each value once: a repeated seed would reuse its first run's result as a second sample.
