@@ -1,5 +1,6 @@
 #include "cqk/coupling.h"
 
+#include "cpu_coupling.h"
 #include "cqk/fused_coupling.h"
 
 #include <ATen/autocast_mode.h>
@@ -279,7 +280,9 @@ std::pair<at::Tensor, at::Tensor> QKCouplingImpl::forward(const at::Tensor& q, c
 
   std::pair<at::Tensor, at::Tensor> out;
   const bool needs_graph = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || is_training());
-  if (options_.recompute_from_inverse() && is_invertible(options_) && needs_graph) {
+  if (cpu_affine_coupling_applies(*this, qf, kf)) {
+    out = cpu_affine_coupling(*this, qf, kf);  // the CPU kernel (src/simd/), one pass per token
+  } else if (options_.recompute_from_inverse() && is_invertible(options_) && needs_graph) {
     const auto params = parameters();
     // As a TensorList, each parameter counts as an input of the autograd node.
     auto outputs = RecomputeFromInverse::apply(qf, kf, this, at::TensorList(params));

@@ -1,5 +1,7 @@
 #include "cqk/model.h"
 
+#include "cqk/linear_cross_entropy.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -106,17 +108,21 @@ void TransformerLMImpl::initialise() {
   }
 }
 
-at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens) {
+at::Tensor TransformerLMImpl::final_hidden(const at::Tensor& tokens) {
   auto h = embedding(tokens);
   for (const auto& block : *blocks) h = block->as<Block>()->forward(h);
+  return final_norm(h);
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens) {
   // The output head is the embedding (tied weights).
-  return at::matmul(final_norm(h), embedding->weight.t());
+  return at::matmul(final_hidden(tokens), embedding->weight.t());
 }
 
 at::Tensor TransformerLMImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  const auto logits = forward(tokens);
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape(-1), {},
-                                at::Reduction::Mean, /*ignore_index=*/-1);
+  const auto hidden = final_hidden(tokens);
+  return linear_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), embedding->weight, targets.reshape(-1),
+                              /*ignore_index=*/-1);
 }
 
 ParameterBreakdown TransformerLMImpl::parameter_breakdown() const {

@@ -1,9 +1,11 @@
 #include "cqk/runtime.h"
 
 #include <ATen/Parallel.h>
+#include <malloc.h>
 #include <sched.h>
 
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +26,13 @@ int configure_threads(int requested) {
   if (threads <= 0) threads = available_cpus();
   at::set_num_threads(threads);
   return at::get_num_threads();
+}
+
+bool keep_freed_memory() {
+  static const ProcessSwitch enabled("CQK_KEEP_FREED_MEMORY", true);
+  if (!enabled.on()) return false;
+  // mallopt returns 1 on success; both settings are needed: no mmap'd blocks, no trimming.
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
 }
 
 ProcessSwitch::ProcessSwitch(const char* environment_variable, bool default_on) : on_(default_on) {

@@ -3,7 +3,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
-#include <torch/optim/adamw.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/distributed.h"
+#include "cqk/fused_adamw.h"
 #include "cqk/flops.h"
 #include "cqk/log.h"
 #include "cqk/progress.h"
@@ -114,7 +114,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(train.weight_decay));
   groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(train.lr));
+  return std::make_unique<FusedAdamW>(groups, torch::optim::AdamWOptions(train.lr));
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include "cqk/build_info.h"
@@ -17,6 +18,22 @@ TEST(Runtime, ConfigureThreadsSetsTorchThreadCount) {
   setenv("CQK_NUM_THREADS", "1", 1);  // the environment (and --threads) wins over a config's value
   EXPECT_EQ(cqk::configure_threads(2), 1);
   unsetenv("CQK_NUM_THREADS");
+}
+
+// A large tensor comes from the heap, not from mmap, and its memory stays in
+// the process after it is freed (glibc's default unmaps it on free).
+TEST(Runtime, KeepFreedMemoryServesLargeTensorsFromTheHeapAndKeepsThem) {
+  ASSERT_TRUE(cqk::keep_freed_memory());
+  const auto before = mallinfo2();
+  {
+    auto large = at::ones({16 << 20});  // 64 MiB, far above glibc's default mmap threshold
+    const auto during = mallinfo2();
+    EXPECT_EQ(during.hblkhd, before.hblkhd) << "the tensor was mmap'd";
+    EXPECT_GE(during.arena, before.arena + (64u << 20));
+  }
+  const auto after = mallinfo2();
+  EXPECT_GE(after.arena, before.arena + (64u << 20)) << "freed memory went back to the system";
+  EXPECT_GE(after.fordblks, before.fordblks + (64u << 20)) << "and is free for the next allocation";
 }
 
 // The PyPI wheel's CPU matmul runs on MKL; a reference BLAS would be ~40x slower.

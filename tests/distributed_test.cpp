@@ -193,7 +193,9 @@ TEST(DistributedTraining, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
     if (error > worst) worst = error, worst_name = name;
   }
   std::printf("[ tolerance ] largest relative difference to one process: %.3g (%s)\n", worst, worst_name.c_str());
-  EXPECT_LE(worst, 1e-5) << worst_name;
+  // Measured 2026-12-03: 9.2e-6 with the unfused output head, 1.1e-5 with
+  // linear_cross_entropy (which scales after its matmuls instead of before).
+  EXPECT_LE(worst, 3e-5) << worst_name;
 
   // Only rank 0 wrote the run folder; evaluation covered the whole split on both.
   const auto results = nlohmann::json::parse(read_file(root / "dist-run/results.json"));

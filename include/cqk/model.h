@@ -50,8 +50,10 @@ class TransformerLMImpl : public torch::nn::Module {
 
   // tokens: [batch, time] int64 -> logits [batch, time, vocab].
   at::Tensor forward(const at::Tensor& tokens);
-  // Mean cross entropy over targets != -1.
+  // Mean cross entropy over targets != -1 (linear_cross_entropy: the logits are not kept).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // tokens -> the final-normed hidden states [batch, time, width] that the head reads.
+  at::Tensor final_hidden(const at::Tensor& tokens);
 
   ParameterBreakdown parameter_breakdown() const;
   // Training FLOPs per token: 6 per parameter (forward and backward) plus the

@@ -46,7 +46,7 @@ Config load_run_config(const std::string& run_dir);
 Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
                     const c10::Device& device);
 
-// The trainer's AdamW: two groups, decoupled weight decay on matrices only
+// The trainer's AdamW (FusedAdamW): two groups, decoupled weight decay on matrices only
 // (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr train.lr.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
 

@@ -9,6 +9,12 @@
 #include "cqk/runtime.h"
 
 int main(int argc, char** argv) {
+  try {
+    cqk::keep_freed_memory();
+  } catch (const std::exception& e) {
+    std::cerr << "cqk: error: " << e.what() << "\n";
+    return 2;
+  }
   CLI::App app{"cqk: coupled query-key attention on LibTorch"};
   app.require_subcommand(0, 1);
   bool show_version = false;

@@ -1,0 +1,192 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "cpu_coupling.h"
+#include "cqk/coupling.h"
+#include "cqk/fused_coupling.h"
+#include "simd/affine_coupling_cpu.h"
+
+// The CPU kernel of the affine coupling (src/simd/) against the ATen path in
+// float64: outputs, input gradients and every weight gradient, on fresh random
+// weights and inputs, per-head and shared weights, hidden 8 and 16, strided inputs.
+namespace {
+
+using cqk::CouplingKind;
+using cqk::CouplingOptions;
+using cqk::QKCoupling;
+
+void randomise(QKCoupling& coupling, double scale = 0.3) {
+  at::NoGradGuard no_grad;
+  for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * scale);
+}
+
+bool kernel_runs_here() {
+  cqk::cpu::AffineCouplingShape shape;
+  shape.batch = shape.heads = shape.time = shape.steps = shape.groups = 1;
+  shape.head_dim = 8;
+  shape.hidden = 8;
+  return cqk::cpu::affine_coupling_supported(shape);
+}
+
+double max_relative_error(const at::Tensor& actual, const at::Tensor& expected) {
+  return ((actual.to(at::kDouble) - expected).abs().max() / expected.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+struct Case {
+  int64_t batch, heads, time, dim, hidden, steps;
+  bool shared, strided;
+  double weight_scale = 0.3;  // larger maps get smaller weights, or float32 rounding grows past the bound
+};
+
+// Outputs and gradients (q, k, then every parameter) of the coupling on (q, k)
+// with the upstream gradients (gq, gk).
+std::vector<at::Tensor> outputs_and_gradients(QKCoupling& coupling, const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& gq, const at::Tensor& gk) {
+  for (auto& p : coupling->parameters()) p.mutable_grad() = at::Tensor();
+  auto qi = q.detach().clone().requires_grad_(true), ki = k.detach().clone().requires_grad_(true);
+  const auto [q_out, k_out] = coupling->forward(qi, ki);
+  torch::autograd::backward({q_out, k_out}, {gq, gk});
+  std::vector<at::Tensor> result{q_out.detach(), k_out.detach(), qi.grad(), ki.grad()};
+  for (const auto& p : coupling->parameters()) result.push_back(p.grad());
+  return result;
+}
+
+void check_against_float64(const Case& c, uint64_t seed) {
+  at::manual_seed(seed);
+  const auto options = CouplingOptions(CouplingKind::Affine, c.heads, c.dim)
+                           .hidden(c.hidden)
+                           .steps(c.steps)
+                           .shared_across_heads(c.shared);
+  QKCoupling coupling(options);
+  randomise(coupling, c.weight_scale);
+  QKCoupling reference(options);
+  {
+    at::NoGradGuard no_grad;
+    const auto from = coupling->parameters();
+    auto to = reference->parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  reference->to(at::kDouble);
+  // A strided input: the [batch, time, heads, dim] layout of a projection, viewed per head.
+  const auto make = [&] {
+    return c.strided ? at::randn({c.batch, c.time, c.heads, c.dim}).transpose(1, 2)
+                     : at::randn({c.batch, c.heads, c.time, c.dim});
+  };
+  const auto q = make(), k = make();
+  const auto gq = at::randn({c.batch, c.heads, c.time, c.dim}), gk = at::randn_like(gq);
+  ASSERT_TRUE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
+
+  const auto got = outputs_and_gradients(coupling, q, k, gq, gk);
+  const auto want = outputs_and_gradients(reference, q.to(at::kDouble), k.to(at::kDouble), gq.to(at::kDouble),
+                                          gk.to(at::kDouble));
+  // The ATen path in float32 sets the scale of float32 rounding for this map
+  // (random weights with several steps amplify it well above 1e-6).
+  cqk::set_fused_coupling_enabled(false);
+  const auto aten = outputs_and_gradients(coupling, q, k, gq, gk);
+  cqk::set_fused_coupling_enabled(true);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(at::allclose(want[1], k.to(at::kDouble))) << "the randomised map must not be the identity";
+  const char* names[] = {"q_out", "k_out", "grad q", "grad k"};
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << i;
+    const double aten_error = max_relative_error(aten[i], want[i]);
+    EXPECT_LT(max_relative_error(got[i], want[i]), std::max(2e-5, 4 * aten_error))
+        << (i < 4 ? names[i] : "weight gradient " + std::to_string(i - 4)) << ", case d=" << c.dim
+        << " r=" << c.hidden << " steps=" << c.steps << (c.shared ? " shared" : "") << "; ATen float32 error "
+        << aten_error;
+  }
+}
+
+}  // namespace
+
+TEST(CpuCoupling, MatchesTheFloat64AtenPathOnFreshRandomInputs) {
+  if (!kernel_runs_here()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the ATen path runs instead";
+  const Case cases[] = {
+      {2, 3, 17, 64, 8, 2, false, false},  // the default: per-head weights, two steps
+      {2, 3, 17, 64, 8, 2, false, true},   // read in place from a [batch, time, heads, dim] projection
+      {1, 4, 9, 32, 16, 3, true, false},   // shared weights, an odd number of steps
+      {3, 2, 5, 128, 8, 4, false, true, 0.1},
+      {1, 1, 1, 8, 16, 1, false, false},
+  };
+  // Large inputs: pre-activations of -100 and less, where exp(-a) overflows float32.
+  {
+    at::manual_seed(99);
+    QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8));
+    randomise(coupling);
+    const auto q = at::randn({1, 2, 16, 64}) * 500.0, k = at::randn_like(q) * 500.0;
+    const auto [q_out, k_out] = coupling->forward(q, k);
+    EXPECT_TRUE(at::isfinite(q_out).all().item<bool>() && at::isfinite(k_out).all().item<bool>());
+  }
+  uint64_t seed = 1;
+  for (const auto& c : cases) check_against_float64(c, seed++);
+}
+
+TEST(CpuCoupling, TwoThreadsGiveTheOneThreadResult) {
+  if (!kernel_runs_here()) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  at::manual_seed(7);
+  QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 4, 64).hidden(8));
+  randomise(coupling);
+  const auto q = at::randn({2, 4, 33, 64}), k = at::randn_like(q), gq = at::randn_like(q), gk = at::randn_like(q);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = outputs_and_gradients(coupling, q, k, gq, gk);
+  at::set_num_threads(2);
+  const auto two = outputs_and_gradients(coupling, q, k, gq, gk);
+  at::set_num_threads(threads);
+  for (size_t i = 0; i < one.size(); ++i) {
+    // Per-token results are identical; weight gradients are summed in another order.
+    if (i < 4) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+    else EXPECT_LT(max_relative_error(two[i], one[i].to(at::kDouble)), 1e-6) << i;
+  }
+}
+
+TEST(CpuCoupling, IsExactlyTheIdentityAtInit) {
+  if (!kernel_runs_here()) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  at::manual_seed(8);
+  QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8));
+  const auto q = at::randn({2, 2, 11, 64}), k = at::randn_like(q);
+  ASSERT_TRUE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
+  const auto [q_out, k_out] = coupling->forward(q, k);
+  EXPECT_TRUE(at::equal(q_out, q));
+  EXPECT_TRUE(at::equal(k_out, k));
+}
+
+TEST(CpuCoupling, OtherInputsAndTheSwitchTakeTheAtenPath) {
+  QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8));
+  const auto q = at::randn({1, 2, 4, 64}), k = at::randn_like(q);
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q.to(at::kDouble), k.to(at::kDouble)));
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q, k.transpose(1, 2).contiguous().transpose(1, 2)));
+  QKCoupling hidden4(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(4));
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*hidden4, q, k));
+  QKCoupling saving(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8).recompute_from_inverse(false));
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*saving, q, k));
+  cqk::set_fused_coupling_enabled(false);
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
+  cqk::set_fused_coupling_enabled(true);
+  EXPECT_EQ(cqk::cpu_affine_coupling_applies(*coupling, q, k), kernel_runs_here());
+}
+
+// The kernel's OpenMP and torch's are one runtime (one thread pool, one
+// thread count): the wheel's libgomp.so.1 and the system's share a soname.
+TEST(CpuCoupling, OneOpenMPRuntimeIsLoaded) {
+  if (!kernel_runs_here()) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8));
+  const auto q = at::randn({1, 2, 64, 64});
+  coupling->forward(q, q);
+  at::matmul(at::randn({256, 256}), at::randn({256, 256}));
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> runtimes;
+  for (std::string line; std::getline(maps, line);) {
+    const auto at = line.find('/');
+    if (at != std::string::npos && line.find("libgomp") != std::string::npos) runtimes.insert(line.substr(at));
+  }
+  EXPECT_EQ(runtimes.size(), 1u) << "OpenMP runtimes: " << runtimes.size();
+}
