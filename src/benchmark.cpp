@@ -37,6 +37,27 @@
 
 namespace cqk {
 
+static std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    auto name = line.substr(colon + 1);
+    name.erase(0, name.find_first_not_of(" \t"));
+    return name;
+  }
+  return "unknown CPU";
+}
+
+std::string device_name(const c10::Device& device) {
+#ifdef CQK_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  return device.is_cuda() ? "CUDA device" : cpu_model_name();
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -80,27 +101,6 @@ class AutocastScope {
   bool enabled_;
   bool previous_ = false;
 };
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) break;
-    auto name = line.substr(colon + 1);
-    name.erase(0, name.find_first_not_of(" \t"));
-    return name;
-  }
-  return "unknown CPU";
-}
-
-std::string device_name(const c10::Device& device) {
-#ifdef CQK_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
-#endif
-  return device.is_cuda() ? "CUDA device" : cpu_model_name();
-}
 
 void reset_cuda_peak(const c10::Device& device) {
 #ifdef CQK_WITH_CUDA

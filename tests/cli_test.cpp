@@ -190,6 +190,32 @@ TEST(CliTool, InspectPrintsTheModel) {
   EXPECT_EQ(yaml.out.find("vocab_size: 0"), std::string::npos) << yaml.out;
 }
 
+// The kernel-against-ATen timing of the coupling: both paths timed, and the
+// kernel reported as taken exactly where the dispatch would take it.
+TEST(CliTool, BenchCouplingTimesTheKernelAndTheAtenPath) {
+  cqk::testing::TempDir dir("cqk-cli");
+  const auto r = run_tool("bench coupling --shape 2,2,16,64 --repeats 2 --rounds 1 --json", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto result = nlohmann::json::parse(r.out);
+  EXPECT_EQ(result["shape"], nlohmann::json({2, 2, 16, 64}));
+  EXPECT_EQ(result["threads"], 1);  // CQK_NUM_THREADS of the test environment
+  for (const char* path : {"kernel", "aten"}) {
+    EXPECT_GT(result[path]["forward_ms"]["min"].get<double>(), 0.0) << path;
+    EXPECT_GE(result[path]["forward_backward_ms"]["median"].get<double>(),
+              result[path]["forward_backward_ms"]["min"].get<double>())
+        << path;
+  }
+  EXPECT_TRUE(result["aten"]["taken"].get<bool>());
+  // The CPU kernel covers this shape on any x86-64 with AVX2; the ATen path is the fallback elsewhere.
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  EXPECT_EQ(result["kernel"]["taken"].get<bool>(), avx2);
+
+  const auto text = run_tool("bench coupling --shape 1,2,8,64 --hidden 16 --repeats 1 --rounds 1", dir.path());
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* line : {"hidden 16", "kernel      forward median", "aten        forward median", "aten/kernel"})
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << " missing in:\n" << text.out;
+}
+
 TEST(CliTool, BadInputGivesOneErrorLine) {
   cqk::testing::TempDir dir("cqk-cli");
   const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };

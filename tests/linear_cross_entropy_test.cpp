@@ -125,7 +125,8 @@ TEST(LinearCrossEntropy, UnderBf16AutocastTheMatmulsRunInBf16AndGradientsKeepThe
   // bf16 keeps 8 bits of mantissa: the logits of d = 32 products are good to about 1%.
   expect_close(loss, want.loss, 2e-2, "bf16 loss");
   expect_close(hidden.grad(), want.grad_hidden, 5e-2, "bf16 grad hidden");
-  EXPECT_GT((loss.to(at::kDouble) - want.loss).abs().item<double>(), 0.0) << "the matmul did not run in bf16";
+  // float32 logits would agree with float64 to about 1e-7; bf16 ones cannot.
+  EXPECT_GT((loss.to(at::kDouble) - want.loss).abs().item<double>(), 1e-4) << "the matmul did not run in bf16";
 }
 
 TEST(LinearCrossEntropy, RejectsMismatchedShapesWithTheShapesInTheMessage) {

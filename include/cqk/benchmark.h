@@ -5,6 +5,8 @@
 // backward, clip, optimizer step, loss read back) and reports step times,
 // tokens/s, peak memory, model FLOPs per token and MFU. docs/BENCHMARKS.md has
 // the figures and the PyTorch reference (scripts/bench_pytorch.py).
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -95,6 +97,9 @@ std::string config_json(const Config& config);
 int64_t peak_rss_bytes();
 // Lowers the peak to the current RSS (Linux /proc/self/clear_refs); false when not possible.
 bool reset_peak_rss();
+
+// The GPU's name, or the CPU's model name from /proc/cpuinfo.
+std::string device_name(const c10::Device& device);
 
 // Dense datasheet peak FLOP/s of a GPU by name for a dtype ("bf16" or "fp32"),
 // with its source; nullopt for an unknown device.

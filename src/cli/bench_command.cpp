@@ -3,12 +3,15 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "commands.h"
 #include "cqk/benchmark.h"
 #include "cqk/config_loader.h"
+#include "cqk/coupling_benchmark.h"
 #include "cqk/data_benchmark.h"
+#include "cqk/runtime.h"
 
 namespace cqk::cli {
 namespace {
@@ -62,6 +65,41 @@ void add_bench_data_command(CLI::App& bench) {
   });
 }
 
+// `cqk bench coupling`: the coupling's kernel path against its ATen path.
+void add_bench_coupling_command(CLI::App& bench) {
+  struct Arguments {
+    CouplingBenchOptions options;
+    std::vector<int64_t> shape;
+    bool json = false;
+  };
+  auto args = std::make_shared<Arguments>();
+  auto* coupling = bench.add_subcommand(
+      "coupling", "Time the affine coupling alone, forward and forward+backward: kernel against ATen");
+  coupling->add_option("--shape", args->shape, "batch,heads,time,head_dim of q and k (default 8,8,256,64)")
+      ->delimiter(',')
+      ->expected(4)
+      ->check(CLI::PositiveNumber);
+  coupling->add_option("--hidden", args->options.hidden, "Conditioner width")->capture_default_str()->check(CLI::PositiveNumber);
+  coupling->add_option("--steps", args->options.steps, "Coupling steps")->capture_default_str()->check(CLI::PositiveNumber);
+  coupling->add_option("--device", args->options.device, "cpu or cuda[:N]")->capture_default_str();
+  coupling->add_option("--dtype", args->options.dtype, "fp32 or bf16")->capture_default_str();
+  coupling->add_option("--repeats", args->options.repeats, "Timed repetitions per path and round")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  coupling->add_option("--rounds", args->options.rounds, "Alternations of the two paths")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  coupling->add_flag("--json", args->json, "Print one JSON object instead of text");
+  coupling->callback([args] {
+    auto& o = args->options;
+    if (!args->shape.empty()) std::tie(o.batch, o.heads, o.time, o.head_dim) =
+        std::tuple(args->shape[0], args->shape[1], args->shape[2], args->shape[3]);
+    configure_threads();  // cqk --threads N, $CQK_NUM_THREADS, or all cores
+    const auto result = benchmark_coupling(o);
+    std::cout << (args->json ? to_json(result) + "\n" : describe(result)) << std::flush;
+  });
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -110,6 +148,7 @@ void add_bench_command(CLI::App& app) {
       std::cout << describe(result) << std::flush;
   });
   add_bench_data_command(*bench);
+  add_bench_coupling_command(*bench);
 }
 
 }  // namespace cqk::cli
