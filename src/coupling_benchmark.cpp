@@ -12,6 +12,7 @@
 #include "cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "simd/simd_variants.h"
 
 namespace cqk {
 
@@ -65,6 +66,7 @@ CouplingBenchResult benchmark_coupling(const CouplingBenchOptions& o) {
   CouplingBenchResult result;
   result.options = o;
   result.device_name = device_name(device);
+  result.kernel_variant = device.is_cuda() ? "cuda" : cpu::simd_variant();
   result.threads = at::get_num_threads();
 
   QKCoupling coupling(CouplingOptions(CouplingKind::Affine, o.heads, o.head_dim).hidden(o.hidden).steps(o.steps));
@@ -130,7 +132,7 @@ std::string describe(const CouplingBenchResult& r) {
   };
   if (!r.kernel.taken)
     out << "kernel      not taken for these inputs (see docs/KERNELS.md for what it covers); both rows are ATen\n";
-  line("kernel      ", r.kernel);
+  line(("kernel      " + r.kernel_variant + ": ").c_str(), r.kernel);
   line("aten        ", r.aten);
   out << "aten/kernel forward " << r.aten.forward.median / r.kernel.forward.median << "x | forward+backward "
       << r.aten.forward_backward.median / r.kernel.forward_backward.median << "x (ratio of medians)\n";
@@ -153,6 +155,7 @@ std::string to_json(const CouplingBenchResult& r) {
                         {"device", o.device},
                         {"device_name", r.device_name},
                         {"threads", r.threads},
+                        {"kernel_variant", r.kernel_variant},
                         {"rounds", o.rounds},
                         {"repeats", o.repeats},
                         {"kernel", path(r.kernel)},

@@ -8,11 +8,12 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
-#include "simd/affine_coupling_cpu.h"
+#include "simd/simd_variants.h"
 
 // The CPU kernel of the affine coupling (src/simd/) against the ATen path in
 // float64: outputs, input gradients and every weight gradient, on fresh random
@@ -172,6 +173,48 @@ TEST(CpuCoupling, OtherInputsAndTheSwitchTakeTheAtenPath) {
   EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
   cqk::set_fused_coupling_enabled(true);
   EXPECT_EQ(cqk::cpu_affine_coupling_applies(*coupling, q, k), kernel_runs_here());
+}
+
+// On an AVX-512 machine both compiled copies run here: the AVX2 copy must give
+// the AVX-512 copy's results (the float64 test above checks the one dispatched).
+TEST(CpuCoupling, TheAvx2AndAvx512CopiesAgree) {
+  if (std::string(cqk::cpu::simd_variant()) != "avx512") GTEST_SKIP() << "this CPU has no AVX-512";
+  at::manual_seed(12);
+  const int64_t B = 2, H = 3, T = 21, D = 64, R = 16, S = 3;
+  QKCoupling coupling(CouplingOptions(CouplingKind::Affine, H, D).hidden(R).steps(S));
+  randomise(coupling, 0.2);
+  const auto weights = cqk::fused::affine_weights(*coupling);
+  std::vector<cqk::cpu::AffineStepWeights> steps;
+  for (size_t i = 0; i < weights.size(); i += 4)
+    steps.push_back({weights[i].data_ptr<float>(), weights[i + 1].data_ptr<float>(), weights[i + 2].data_ptr<float>(),
+                     weights[i + 3].data_ptr<float>()});
+  cqk::cpu::AffineCouplingShape shape;
+  shape.batch = B, shape.heads = H, shape.time = T, shape.head_dim = D, shape.hidden = R, shape.steps = S;
+  shape.groups = H, shape.clamp = 2.0f;
+  const auto q = at::randn({B, H, T, D}), k = at::randn_like(q), gq = at::randn_like(q), gk = at::randn_like(q);
+  const cqk::cpu::TokenStrides strides{H * T * D, T * D, D};
+  using Forward = decltype(&cqk::cpu::avx2::forward);
+  using Backward = decltype(&cqk::cpu::avx2::backward);
+  const auto run = [&](Forward forward, Backward backward) {
+    auto q_out = at::empty_like(q), k_out = at::empty_like(q), dq = at::empty_like(q), dk = at::empty_like(q);
+    std::vector<at::Tensor> grads;
+    std::vector<cqk::cpu::AffineStepGradients> step_grads;
+    for (const auto& w : weights) grads.push_back(at::zeros_like(w));
+    for (size_t i = 0; i < grads.size(); i += 4)
+      step_grads.push_back({grads[i].data_ptr<float>(), grads[i + 1].data_ptr<float>(), grads[i + 2].data_ptr<float>(),
+                            grads[i + 3].data_ptr<float>()});
+    forward(shape, steps.data(), q.data_ptr<float>(), k.data_ptr<float>(), strides, q_out.data_ptr<float>(),
+            k_out.data_ptr<float>());
+    backward(shape, steps.data(), q_out.data_ptr<float>(), k_out.data_ptr<float>(), gq.data_ptr<float>(),
+             gk.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), step_grads.data());
+    std::vector<at::Tensor> all{q_out, k_out, dq, dk};
+    all.insert(all.end(), grads.begin(), grads.end());
+    return all;
+  };
+  const auto narrow = run(cqk::cpu::avx2::forward, cqk::cpu::avx2::backward);
+  const auto wide = run(cqk::cpu::avx512::forward, cqk::cpu::avx512::backward);
+  for (size_t i = 0; i < narrow.size(); ++i)
+    EXPECT_LT(max_relative_error(narrow[i], wide[i].to(at::kDouble)), 1e-5) << i;
 }
 
 // The kernel's OpenMP and torch's are one runtime (one thread pool, one

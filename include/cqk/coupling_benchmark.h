@@ -29,6 +29,7 @@ struct CouplingPathTiming {
 struct CouplingBenchResult {
   CouplingBenchOptions options;
   std::string device_name;
+  std::string kernel_variant;  // which kernel: "cuda", or the CPU kernel's instruction set ("avx512", "avx2", "none")
   int threads = 0;
   CouplingPathTiming kernel, aten;
 };

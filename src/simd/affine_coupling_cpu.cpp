@@ -1,21 +1,19 @@
-// Compiled with -O3 -mavx2 -mfma -ffast-math -fopenmp (src/CMakeLists.txt):
-// the loops over channels below vectorise, and expf/tanhf in them become
-// glibc's vector math (libmvec). Only this unit has those flags, and it
-// includes no torch or standard-library templates whose AVX2 copies the linker
-// could pick for code that runs on any x86-64 (the one-definition rule).
-#include "affine_coupling_cpu.h"
-
+// The kernels, compiled once per instruction set (src/simd/CMakeLists.txt:
+// -O3 -ffast-math -fopenmp and the set's flags), each copy in the namespace
+// cqk::cpu::CQK_SIMD_VARIANT; simd_dispatch.cpp picks one at run time. The
+// loops over channels vectorise, and expf/tanhf in them become glibc's
+// vector math (libmvec). This unit includes no torch or standard-library
+// templates whose vector copies the linker could pick for code that runs on
+// any x86-64 (the one-definition rule).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-namespace cqk::cpu {
+#include "simd_variants.h"
+
+namespace cqk::cpu::CQK_SIMD_VARIANT {
 
 namespace {
-
-constexpr int64_t kMaxHeadDim = 256;
-// exp of at most this is finite in float32 (the limit is 88.7).
-constexpr float kMaxExponent = 80.0f;
 // Independent partial sums in the matrix-vector products (the head dim is a multiple of 8).
 constexpr int kChains = 4;
 
@@ -242,28 +240,17 @@ void backward_all(const AffineCouplingShape& s, const AffineStepWeights* steps, 
 
 }  // namespace
 
-bool affine_coupling_supported(const AffineCouplingShape& s) {
-#if defined(__x86_64__) && defined(__AVX2__)
-  static const bool cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  const bool cpu_has_avx2 = false;  // compiled without the vector flags: the ATen path
-#endif
-  return cpu_has_avx2 && (s.hidden == 8 || s.hidden == 16) && s.head_dim % 8 == 0 && s.head_dim > 0 &&
-         s.head_dim <= kMaxHeadDim && s.steps >= 1 && (s.groups == 1 || s.groups == s.heads) && s.clamp > 0 &&
-         s.clamp <= kMaxExponent;  // |s| <= clamp: exp(s) and exp(-s) stay finite
-}
-
-void affine_coupling_forward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q,
-                             const float* k, const TokenStrides& strides, float* q_out, float* k_out) {
+void forward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q, const float* k,
+             const TokenStrides& strides, float* q_out, float* k_out) {
   if (s.hidden == 8) forward_all<8>(s, steps, q, k, strides, q_out, k_out);
   else forward_all<16>(s, steps, q, k, strides, q_out, k_out);
 }
 
-void affine_coupling_backward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out,
-                              const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,
-                              float* grad_k, const AffineStepGradients* step_grads) {
+void backward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out, const float* k_out,
+              const float* grad_q_out, const float* grad_k_out, float* grad_q, float* grad_k,
+              const AffineStepGradients* step_grads) {
   if (s.hidden == 8) backward_all<8>(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
   else backward_all<16>(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
 }
 
-}  // namespace cqk::cpu
+}  // namespace cqk::cpu::CQK_SIMD_VARIANT

@@ -1,0 +1,67 @@
+// Run-time choice between the compiled copies of the CPU coupling kernels.
+// Compiled with the default flags: this code runs on any x86-64.
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd_variants.h"
+
+namespace cqk::cpu {
+
+namespace {
+
+enum class Variant { None, Avx2, Avx512 };
+
+Variant detect() {
+#if defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  const char* forced = getenv("CQK_CPU_KERNEL");
+  if (avx512 && (forced == nullptr || strcmp(forced, "avx2") != 0)) return Variant::Avx512;
+  return avx2 ? Variant::Avx2 : Variant::None;
+#else
+  return Variant::None;
+#endif
+}
+
+Variant variant() {
+  static const Variant chosen = detect();
+  return chosen;
+}
+
+}  // namespace
+
+const char* simd_variant() {
+  switch (variant()) {
+    case Variant::Avx512: return "avx512";
+    case Variant::Avx2: return "avx2";
+    default: return "none";
+  }
+}
+
+bool affine_coupling_supported(const AffineCouplingShape& s) {
+  return variant() != Variant::None && (s.hidden == 8 || s.hidden == 16) && s.head_dim % 8 == 0 &&
+         s.head_dim > 0 && s.head_dim <= kMaxHeadDim && s.steps >= 1 && (s.groups == 1 || s.groups == s.heads) &&
+         s.clamp > 0 && s.clamp <= kMaxExponent;  // |s| <= clamp: exp(s) and exp(-s) stay finite
+}
+
+void affine_coupling_forward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q,
+                             const float* k, const TokenStrides& strides, float* q_out, float* k_out) {
+#if defined(__x86_64__)  // elsewhere no copy is compiled, and affine_coupling_supported() is false
+  if (variant() == Variant::Avx512) avx512::forward(s, steps, q, k, strides, q_out, k_out);
+  else avx2::forward(s, steps, q, k, strides, q_out, k_out);
+#endif
+}
+
+void affine_coupling_backward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out,
+                              const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,
+                              float* grad_k, const AffineStepGradients* step_grads) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512)
+    avx512::backward(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
+  else
+    avx2::backward(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
+#endif
+}
+
+}  // namespace cqk::cpu

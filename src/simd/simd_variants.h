@@ -1,0 +1,32 @@
+#pragma once
+// The compiled copies of the CPU coupling kernels, one namespace per
+// instruction set (affine_coupling_cpu.cpp is compiled once for each), and
+// the limits every copy shares. Internal to src/simd/.
+#include "affine_coupling_cpu.h"
+
+namespace cqk::cpu {
+
+constexpr int64_t kMaxHeadDim = 256;
+// exp of at most this is finite in float32 (the limit is 88.7).
+constexpr float kMaxExponent = 80.0f;
+
+#define CQK_DECLARE_SIMD_VARIANT(name)                                                                            \
+  namespace name {                                                                                               \
+  void forward(const AffineCouplingShape& shape, const AffineStepWeights* steps, const float* q, const float* k, \
+               const TokenStrides& strides, float* q_out, float* k_out);                                         \
+  void backward(const AffineCouplingShape& shape, const AffineStepWeights* steps, const float* q_out,           \
+                const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,             \
+                float* grad_k, const AffineStepGradients* step_grads);                                           \
+  }
+
+CQK_DECLARE_SIMD_VARIANT(avx2)    // AVX2 and FMA: 8 floats per vector
+CQK_DECLARE_SIMD_VARIANT(avx512)  // AVX-512 F/DQ/VL: 16 floats per vector
+
+#undef CQK_DECLARE_SIMD_VARIANT
+
+// The copy this process runs: "avx512" or "avx2" by what the CPU supports, or
+// "none" (then the ATen path runs). CQK_CPU_KERNEL=avx2 makes an AVX-512
+// machine run the AVX2 copy (for comparing and testing both).
+const char* simd_variant();
+
+}  // namespace cqk::cpu
