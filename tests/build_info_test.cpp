@@ -25,16 +25,16 @@ TEST(Runtime, ConfigureThreadsSetsTorchThreadCount) {
 TEST(Runtime, KeepFreedMemoryServesLargeTensorsFromTheHeapAndKeepsThem) {
   ASSERT_TRUE(cqk::keep_freed_memory());
   const auto before = mallinfo2();
+  struct mallinfo2 during {};
   {
     auto large = at::ones({16 << 20});  // 64 MiB, far above glibc's default mmap threshold
-    const auto during = mallinfo2();
+    during = mallinfo2();
     EXPECT_EQ(during.hblkhd, before.hblkhd) << "the tensor was mmap'd";
-    EXPECT_GE(during.arena, before.arena + (64u << 20));
   }
   const auto after = mallinfo2();
-  EXPECT_GE(after.arena, before.arena + (64u << 20)) << "freed memory went back to the system";
-  // Most of it (the tensor's bookkeeping may take a few KiB of the freed block).
-  EXPECT_GE(after.fordblks, before.fordblks + (60u << 20)) << "and is free for the next allocation";
+  EXPECT_GE(after.arena, during.arena) << "freed memory went back to the system";
+  // Most of it is free for the next allocation (bookkeeping may take a few KiB).
+  EXPECT_GE(after.fordblks, during.fordblks + (60u << 20));
 }
 
 // The PyPI wheel's CPU matmul runs on MKL; a reference BLAS would be ~40x slower.
