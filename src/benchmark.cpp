@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <torch/cuda.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize.h>
 #include <torch/version.h>
 
@@ -349,9 +348,7 @@ class Session {
       loss.backward();
       loss_value += loss.item<double>();
     }
-    const double max_norm =
-        config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::max();
-    torch::nn::utils::clip_grad_norm_(parameters_, max_norm);
+    clip_gradient_norm(parameters_, config_.train.grad_clip);
     optimizer_->step();
     synchronize(device_);
     return loss_value;

@@ -2,7 +2,6 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
-#include <torch/nn/utils/clip_grad.h>
 
 #include <atomic>
 #include <chrono>
@@ -115,6 +114,18 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const 
   groups.emplace_back(decay, options(train.weight_decay));
   groups.emplace_back(no_decay, options(0.0));
   return std::make_unique<FusedAdamW>(groups, torch::optim::AdamWOptions(train.lr));
+}
+
+double clip_gradient_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  const double norm = at::stack(at::_foreach_norm(grads, 2)).norm().item<double>();
+  const double factor = max_norm / (norm + 1e-6);
+  if (max_norm > 0 && factor < 1.0) at::_foreach_mul_(grads, factor);
+  return norm;
 }
 
 namespace {
@@ -337,11 +348,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
       summary.step = state.step;
       return summary;
     }
-    // Off: an infinite bound (the clip factor clamps to exactly 1). Not double's max,
-    // which clip_grad_norm_ cannot convert to the float gradients' type and throws.
-    const double max_norm =
-        config.train.grad_clip > 0 ? config.train.grad_clip : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    const double grad_norm = clip_gradient_norm(model->parameters(), config.train.grad_clip);
     optimizer->step();
     ++state.step;
     state.tokens += tokens_per_step;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <torch/nn/utils/clip_grad.h>
 
 #include <ATen/ATen.h>
 #include <dirent.h>
@@ -282,6 +283,37 @@ TEST(Trainer, GradientClippingCanBeTurnedOff) {
     ++logged;
   }
   EXPECT_EQ(logged, 2);
+}
+
+// clip_gradient_norm against torch::nn::utils::clip_grad_norm_: the same norm
+// and the same gradients, when it clips and when it does not (then it must not
+// touch them at all), with a parameter that has no gradient.
+TEST(Trainer, ClipGradientNormMatchesTorchAndSkipsTheNoOpScaling) {
+  at::manual_seed(3);
+  const auto make = [] {
+    std::vector<at::Tensor> params{at::randn({5, 3}), at::randn({7}), at::randn({2, 2})};
+    for (auto& p : params) p.requires_grad_(true);
+    params[0].mutable_grad() = at::randn({5, 3});
+    params[1].mutable_grad() = at::randn({7});  // params[2] has no gradient
+    return params;
+  };
+  const auto ours = make();
+  std::vector<at::Tensor> theirs;
+  for (const auto& p : ours) {
+    theirs.push_back(p.detach().clone().requires_grad_(true));
+    if (p.grad().defined()) theirs.back().mutable_grad() = p.grad().clone();
+  }
+  for (const double max_norm : {0.5, 1e3}) {
+    const auto version = ours[0].grad()._version();  // bumped by any in-place write
+    const double norm = cqk::clip_gradient_norm(ours, max_norm);
+    const double expected = torch::nn::utils::clip_grad_norm_(theirs, max_norm);
+    EXPECT_NEAR(norm, expected, 1e-6 * expected) << max_norm;
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::allclose(ours[i].grad(), theirs[i].grad(), 1e-6, 0)) << i;
+    if (max_norm > norm) EXPECT_EQ(ours[0].grad()._version(), version) << "scaled by 1 anyway";
+    else EXPECT_GT(ours[0].grad()._version(), version);
+  }
+  EXPECT_FALSE(ours[2].grad().defined());
+  EXPECT_GT(cqk::clip_gradient_norm(ours, 0.0), 0.0);  // 0: measure only
 }
 
 TEST(Trainer, ExitCodesFollowTheOutcome) {

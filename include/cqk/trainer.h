@@ -50,6 +50,13 @@ Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int6
 // (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr train.lr.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
 
+// The global L2 norm of the parameters' gradients; when it exceeds max_norm
+// (> 0; 0 or less: never), the gradients are scaled by max_norm / (norm + 1e-6),
+// as torch::nn::utils::clip_grad_norm_ does. Unlike that function it leaves
+// the gradients alone when the factor would be 1 (torch multiplies every
+// gradient by 1.0: a pass over all of them per step for nothing).
+double clip_gradient_norm(const std::vector<at::Tensor>& parameters, double max_norm);
+
 // Exit status of `cqk train` for an outcome (0 finished or paused, 130 interrupted, 3 diverged).
 int exit_code(TrainOutcome outcome);
 
