@@ -14,9 +14,11 @@
 namespace cqk::cpu::CQK_SIMD_VARIANT {
 
 namespace {
-// Independent partial sums in the matrix-vector products (the head dim is a multiple of 8).
-constexpr int kChains = 4;
 
+// Independent partial sums in the matrix-vector products (the head dim is a
+// multiple of 8); the sums below add exactly four.
+constexpr int kChains = 4;
+static_assert(kChains == 4, "conditioner() and backward_step() add four partial sums");
 
 // One step's weights for one group, with the transposes the forward reads
 // along their contiguous dimension: w1t [D, R], w2t [R, 2D].
