@@ -160,20 +160,7 @@ void affine_backward_out(const CouplingOptions& options, const std::vector<at::T
   check_dense_like(dk, q_out, "dk");
   const c10::cuda::CUDAGuard guard(q_out.device());
   const auto params = make_params(options, weights, q_out.device());
-  kn::AffineCouplingGrads g{};
-  if (weight_grads.size() != weights.size()) fail("one weight gradient per weight expected");
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const auto& wg = weight_grads[i];
-    if (!wg.defined() || wg.scalar_type() != at::kFloat || !wg.is_contiguous() ||
-        wg.sizes() != weights[i].sizes() || wg.device() != q_out.device())
-      fail("weight gradients must be contiguous float32 tensors shaped like the weights");
-  }
-  for (int64_t i = 0; i < options.steps(); ++i) {
-    g.w1[i] = weight_grads[4 * i].data_ptr<float>();
-    g.b1[i] = weight_grads[4 * i + 1].data_ptr<float>();
-    g.w2[i] = weight_grads[4 * i + 2].data_ptr<float>();
-    g.b2[i] = weight_grads[4 * i + 3].data_ptr<float>();
-  }
+  const auto g = kernel_arguments::coupling_grads(weights, weight_grads, q_out.device(), kWho);
   const auto gq = kernel_readable(grad_q), gk = kernel_readable(grad_k);
   kn::affine_coupling_backward_cuda(element_type(q_out), q_out.data_ptr(), k_out.data_ptr(), gq.data_ptr(),
                                     row_strides(gq), gk.data_ptr(), row_strides(gk), dq.data_ptr(), dk.data_ptr(),

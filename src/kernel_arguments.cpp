@@ -1,10 +1,9 @@
-// Compiled only with the CUDA kernels (the launchers' types live in kernels/).
-#ifdef CQK_WITH_CUDA
-
 #include "kernel_arguments.h"
 
 #include <ATen/ATen.h>
+#ifdef CQK_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <stdexcept>
 
@@ -28,12 +27,14 @@ kn::RowStrides row_strides(const at::Tensor& t) {
   return {t.size(0) == 1 ? 0 : t.stride(0), t.size(1) == 1 ? 0 : t.stride(1), t.size(2) == 1 ? 0 : t.stride(2)};
 }
 
+#ifdef CQK_WITH_CUDA
 at::Tensor kernel_readable(const at::Tensor& t, const std::string& who) {
   if ((t.size(3) == 1 || t.stride(3) == 1) &&
       kn::fused_coupling_rows_aligned(t.data_ptr(), row_strides(t), element_type(t, who)))
     return t;
   return t.clone(at::MemoryFormat::Contiguous);
 }
+#endif
 
 kn::CouplingShape shape_of(const CouplingOptions& o, const at::Tensor& q) {
   return {q.size(0), q.size(1), q.size(2), q.size(3), o.hidden()};
@@ -67,8 +68,28 @@ kn::AffineCouplingParams coupling_params(const CouplingOptions& o, const std::ve
   return p;
 }
 
+kn::AffineCouplingGrads coupling_grads(const std::vector<at::Tensor>& weights,
+                                       const std::vector<at::Tensor>& weight_grads, const at::Device& device,
+                                       const std::string& who) {
+  if (weight_grads.size() != weights.size()) fail(who, "one weight gradient per weight expected");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto& wg = weight_grads[i];
+    if (!wg.defined() || wg.scalar_type() != at::kFloat || !wg.is_contiguous() ||
+        wg.sizes() != weights[i].sizes() || wg.device() != device)
+      fail(who, "weight gradients must be contiguous float32 tensors shaped like the weights");
+  }
+  kn::AffineCouplingGrads g{};
+  for (size_t i = 0; 4 * i + 3 < weight_grads.size(); ++i) {
+    g.w1[i] = weight_grads[4 * i].data_ptr<float>();
+    g.b1[i] = weight_grads[4 * i + 1].data_ptr<float>();
+    g.w2[i] = weight_grads[4 * i + 2].data_ptr<float>();
+    g.b2[i] = weight_grads[4 * i + 3].data_ptr<float>();
+  }
+  return g;
+}
+
+#ifdef CQK_WITH_CUDA
 void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+#endif
 
 }  // namespace cqk::kernel_arguments
-
-#endif  // CQK_WITH_CUDA

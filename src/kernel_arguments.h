@@ -1,8 +1,10 @@
 #pragma once
-// Tensors to the raw-pointer arguments of the CUDA launchers in kernels/:
-// element types, row strides, readable copies, coupling weights, the stream.
-// Internal to the library (src/fused_coupling.cpp, src/fused_attention.cpp);
-// CUDA builds only.
+// Tensors to the raw-pointer arguments of the coupling kernels: the CUDA
+// launchers in kernels/ and the CPU kernel in src/simd/, which take the same
+// argument types (kernels/fused_coupling.h): element types, row strides,
+// readable copies, coupling weights and their gradients, the stream. Internal
+// to the library (src/fused_coupling.cpp, src/fused_attention.cpp,
+// src/cpu_coupling.cpp); kernel_readable and current_stream are in CUDA builds only.
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -20,9 +22,11 @@ kernels::ElementType element_type(const at::Tensor& t, const std::string& who);
 // tensor; dimensions of size 1 get 0 (never multiplied by anything but 0).
 kernels::RowStrides row_strides(const at::Tensor& t);
 
+#ifdef CQK_WITH_CUDA
 // t itself when the kernels can read it in place (last dimension contiguous,
 // rows on 16-byte boundaries), else a contiguous copy.
 at::Tensor kernel_readable(const at::Tensor& t, const std::string& who);
+#endif
 
 kernels::CouplingShape shape_of(const CouplingOptions& options, const at::Tensor& q);
 
@@ -32,7 +36,15 @@ kernels::CouplingShape shape_of(const CouplingOptions& options, const at::Tensor
 kernels::AffineCouplingParams coupling_params(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
                                               const at::Device& device, const std::string& who);
 
+// Checks the weight gradients (contiguous float32 on `device`, shaped like
+// `weights`) and collects their pointers; std::invalid_argument "<who>: ..." otherwise.
+kernels::AffineCouplingGrads coupling_grads(const std::vector<at::Tensor>& weights,
+                                            const std::vector<at::Tensor>& weight_grads, const at::Device& device,
+                                            const std::string& who);
+
+#ifdef CQK_WITH_CUDA
 // The current CUDA stream of t's device, as the launchers take it.
 void* current_stream(const at::Tensor& t);
+#endif
 
 }  // namespace cqk::kernel_arguments

@@ -7,6 +7,7 @@
 
 #include "cqk/build_info.h"
 #include "cqk/runtime.h"
+#include "test_io.h"
 
 namespace {
 
@@ -56,19 +57,11 @@ TEST(BuildInfo, ReportsVersions) {
 }  // namespace
 
 #ifdef CQK_WITH_CUDA
-#include <fstream>
-#include <set>
-
 namespace {
 // Torch and cqk's kernels must share one CUDA runtime: two copies of libcudart
 // in a process break stream and context sharing.
 TEST(Runtime, OneCudaRuntimeIsLoaded) {
-  std::ifstream maps("/proc/self/maps");
-  std::set<std::string> cudarts;
-  for (std::string line; std::getline(maps, line);) {
-    const auto slash = line.find('/');
-    if (slash != std::string::npos && line.find("libcudart.so") != std::string::npos) cudarts.insert(line.substr(slash));
-  }
+  const auto cudarts = cqk::testing::mapped_files("libcudart.so");
   EXPECT_EQ(cudarts.size(), 1u) << "libcudart copies mapped: " << cudarts.size();
 }
 }  // namespace

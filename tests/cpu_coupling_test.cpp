@@ -5,15 +5,15 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "kernel_arguments.h"
 #include "simd/simd_variants.h"
+#include "test_io.h"
 
 // The CPU kernel of the affine coupling (src/simd/) against the ATen path in
 // float64: outputs, input gradients and every weight gradient, on fresh random
@@ -30,11 +30,7 @@ void randomise(QKCoupling& coupling, double scale = 0.3) {
 }
 
 bool kernel_runs_here() {
-  cqk::cpu::AffineCouplingShape shape;
-  shape.batch = shape.heads = shape.time = shape.steps = shape.groups = 1;
-  shape.head_dim = 8;
-  shape.hidden = 8;
-  return cqk::cpu::affine_coupling_supported(shape);
+  return cqk::cpu::affine_coupling_supported({1, 1, 1, 8, 8}, /*steps=*/1, /*clamp=*/2.0f);
 }
 
 double max_relative_error(const at::Tensor& actual, const at::Tensor& expected) {
@@ -184,29 +180,21 @@ TEST(CpuCoupling, TheAvx2AndAvx512CopiesAgree) {
   QKCoupling coupling(CouplingOptions(CouplingKind::Affine, H, D).hidden(R).steps(S));
   randomise(coupling, 0.2);
   const auto weights = cqk::fused::affine_weights(*coupling);
-  std::vector<cqk::cpu::AffineStepWeights> steps;
-  for (size_t i = 0; i < weights.size(); i += 4)
-    steps.push_back({weights[i].data_ptr<float>(), weights[i + 1].data_ptr<float>(), weights[i + 2].data_ptr<float>(),
-                     weights[i + 3].data_ptr<float>()});
-  cqk::cpu::AffineCouplingShape shape;
-  shape.batch = B, shape.heads = H, shape.time = T, shape.head_dim = D, shape.hidden = R, shape.steps = S;
-  shape.groups = H, shape.clamp = 2.0f;
+  namespace args = cqk::kernel_arguments;
+  const auto params = args::coupling_params(coupling->options(), weights, at::kCPU, "test");
   const auto q = at::randn({B, H, T, D}), k = at::randn_like(q), gq = at::randn_like(q), gk = at::randn_like(q);
-  const cqk::cpu::TokenStrides strides{H * T * D, T * D, D};
+  const auto shape = args::shape_of(coupling->options(), q);
   using Forward = decltype(&cqk::cpu::avx2::forward);
   using Backward = decltype(&cqk::cpu::avx2::backward);
   const auto run = [&](Forward forward, Backward backward) {
     auto q_out = at::empty_like(q), k_out = at::empty_like(q), dq = at::empty_like(q), dk = at::empty_like(q);
     std::vector<at::Tensor> grads;
-    std::vector<cqk::cpu::AffineStepGradients> step_grads;
     for (const auto& w : weights) grads.push_back(at::zeros_like(w));
-    for (size_t i = 0; i < grads.size(); i += 4)
-      step_grads.push_back({grads[i].data_ptr<float>(), grads[i + 1].data_ptr<float>(), grads[i + 2].data_ptr<float>(),
-                            grads[i + 3].data_ptr<float>()});
-    forward(shape, steps.data(), q.data_ptr<float>(), k.data_ptr<float>(), strides, q_out.data_ptr<float>(),
+    forward(shape, params, q.data_ptr<float>(), k.data_ptr<float>(), args::row_strides(q), q_out.data_ptr<float>(),
             k_out.data_ptr<float>());
-    backward(shape, steps.data(), q_out.data_ptr<float>(), k_out.data_ptr<float>(), gq.data_ptr<float>(),
-             gk.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), step_grads.data());
+    backward(shape, params, q_out.data_ptr<float>(), k_out.data_ptr<float>(), gq.data_ptr<float>(),
+             gk.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
+             args::coupling_grads(weights, grads, at::kCPU, "test"));
     std::vector<at::Tensor> all{q_out, k_out, dq, dk};
     all.insert(all.end(), grads.begin(), grads.end());
     return all;
@@ -225,11 +213,6 @@ TEST(CpuCoupling, OneOpenMPRuntimeIsLoaded) {
   const auto q = at::randn({1, 2, 64, 64});
   coupling->forward(q, q);
   at::matmul(at::randn({256, 256}), at::randn({256, 256}));
-  std::ifstream maps("/proc/self/maps");
-  std::set<std::string> runtimes;
-  for (std::string line; std::getline(maps, line);) {
-    const auto at = line.find('/');
-    if (at != std::string::npos && line.find("libgomp") != std::string::npos) runtimes.insert(line.substr(at));
-  }
+  const auto runtimes = cqk::testing::mapped_files("libgomp");
   EXPECT_EQ(runtimes.size(), 1u) << "OpenMP runtimes: " << runtimes.size();
 }

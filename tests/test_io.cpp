@@ -57,4 +57,14 @@ CommandResult run_command(const std::string& command, const std::string& stderr_
   return result;
 }
 
+std::set<std::string> mapped_files(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> files;
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash != std::string::npos && line.find(name, slash) != std::string::npos) files.insert(line.substr(slash));
+  }
+  return files;
+}
+
 }  // namespace cqk::testing

@@ -1,6 +1,7 @@
 #pragma once
 // Files and child processes for the tests that drive the `cqk` tool or scripts
 // end to end. POSIX calls rather than std::filesystem iteration, like temp_dir.h.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ void write_file(const std::string& path, const std::string& bytes);
 std::vector<std::string> folder_entries(const std::string& folder);
 // `text` as one single-quoted shell word.
 std::string shell_quote(const std::string& text);
+
+// The distinct files this process has mapped (/proc/self/maps) whose path
+// contains `name`: how many copies of a shared library are loaded.
+std::set<std::string> mapped_files(const std::string& name);
 
 struct CommandResult {
   int exit_code = -1;

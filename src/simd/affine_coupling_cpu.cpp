@@ -20,6 +20,25 @@ namespace {
 constexpr int kChains = 4;
 static_assert(kChains == 4, "conditioner() and backward_step() add four partial sums");
 
+// The shape with what the parameters add to it, derived once per call.
+struct Problem {
+  int64_t batch, heads, time, head_dim, hidden, steps;
+  int64_t groups;  // weight sets per step: heads, or 1 when shared across heads
+  float clamp;
+};
+
+Problem problem_of(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p) {
+  return {s.batch, s.heads, s.time, s.head_dim, s.hidden, p.num_steps, p.shared_across_heads ? 1 : s.heads, p.clamp};
+}
+
+// One step's gradient accumulators for one group, in the weights' layout.
+struct StepGradients {
+  float* w1;
+  float* b1;
+  float* w2;
+  float* b2;
+};
+
 // One step's weights for one group, with the transposes the forward reads
 // along their contiguous dimension: w1t [D, R], w2t [R, 2D].
 struct GroupWeights {
@@ -34,21 +53,21 @@ struct GroupWeights {
 // Transposed copies of every step's and group's w1 and w2, made once per call (a few KiB).
 class TransposedWeights {
  public:
-  TransposedWeights(const AffineCouplingShape& shape, const AffineStepWeights* steps) : shape_(shape) {
+  TransposedWeights(const Problem& shape, const kernels::AffineCouplingParams& params)
+      : shape_(shape), params_(params) {
     const int64_t D = shape.head_dim, R = shape.hidden, per_group = 3 * D * R;
     data_ = static_cast<float*>(malloc(sizeof(float) * shape.steps * shape.groups * per_group));
     for (int64_t i = 0; i < shape.steps; ++i)
       for (int64_t g = 0; g < shape.groups; ++g) {
         float* w1t = data_ + (i * shape.groups + g) * per_group;
         float* w2t = w1t + D * R;
-        const float* w1 = steps[i].w1 + g * R * D;
-        const float* w2 = steps[i].w2 + g * 2 * D * R;
+        const float* w1 = params.w1[i] + g * R * D;
+        const float* w2 = params.w2[i] + g * 2 * D * R;
         for (int64_t r = 0; r < R; ++r)
           for (int64_t c = 0; c < D; ++c) w1t[c * R + r] = w1[r * D + c];
         for (int64_t m = 0; m < 2 * D; ++m)
           for (int64_t r = 0; r < R; ++r) w2t[r * 2 * D + m] = w2[m * R + r];
       }
-    steps_ = steps;
   }
   ~TransposedWeights() { free(data_); }
   TransposedWeights(const TransposedWeights&) = delete;
@@ -57,13 +76,13 @@ class TransposedWeights {
   GroupWeights at(int64_t step, int64_t group) const {
     const int64_t D = shape_.head_dim, R = shape_.hidden;
     const float* w1t = data_ + (step * shape_.groups + group) * 3 * D * R;
-    return {steps_[step].w1 + group * R * D, steps_[step].b1 + group * R, steps_[step].w2 + group * 2 * D * R,
-            steps_[step].b2 + group * 2 * D, w1t, w1t + D * R};
+    return {params_.w1[step] + group * R * D, params_.b1[step] + group * R, params_.w2[step] + group * 2 * D * R,
+            params_.b2[step] + group * 2 * D, w1t, w1t + D * R};
   }
 
  private:
-  AffineCouplingShape shape_;
-  const AffineStepWeights* steps_ = nullptr;
+  Problem shape_;
+  const kernels::AffineCouplingParams& params_;
   float* data_ = nullptr;
 };
 
@@ -97,7 +116,7 @@ inline void conditioner(const GroupWeights& w, int64_t D, const float* x, float*
 }
 
 template <int R>
-void forward_token(const AffineCouplingShape& shape, const TransposedWeights& weights, int64_t group, float* q,
+void forward_token(const Problem& shape, const TransposedWeights& weights, int64_t group, float* q,
                    float* k) {
   const int64_t D = shape.head_dim;
   const float clamp = shape.clamp, inv_clamp = 1.0f / shape.clamp;
@@ -115,7 +134,7 @@ void forward_token(const AffineCouplingShape& shape, const TransposedWeights& we
 // gy its input's gradient; gx gets the gradient through the conditioner, and
 // the weight gradients are added to gw (this thread's accumulators).
 template <int R>
-void backward_step(const GroupWeights& w, const AffineStepGradients& gw, int64_t D, float clamp, const float* x,
+void backward_step(const GroupWeights& w, const StepGradients& gw, int64_t D, float clamp, const float* x,
                    float* y, float* gx, float* gy) {
   float a[R], sig[R], h[R], o[2 * kMaxHeadDim], go[2 * kMaxHeadDim];
   conditioner<R>(w, D, x, a, sig, h, o);
@@ -162,7 +181,7 @@ void backward_step(const GroupWeights& w, const AffineStepGradients& gw, int64_t
 
 // Per-thread weight-gradient accumulators for every step and group, in the weights' layout.
 struct GradientBuffer {
-  explicit GradientBuffer(const AffineCouplingShape& s)
+  explicit GradientBuffer(const Problem& s)
       : per_step(s.groups * (3 * s.head_dim * s.hidden + s.hidden + 2 * s.head_dim)),
         data(static_cast<float*>(calloc(s.steps * per_step, sizeof(float)))) {}
   ~GradientBuffer() { free(data); }
@@ -170,7 +189,7 @@ struct GradientBuffer {
   GradientBuffer& operator=(const GradientBuffer&) = delete;
 
   // Step i's accumulators for group g: w1 [R, D], b1 [R], w2 [2D, R], b2 [2D] of that group.
-  AffineStepGradients at(const AffineCouplingShape& s, int64_t i, int64_t g) const {
+  StepGradients at(const Problem& s, int64_t i, int64_t g) const {
     const int64_t D = s.head_dim, R = s.hidden;
     float* base = data + i * per_step;
     float* w1 = base;                        // [G, R, D]
@@ -180,9 +199,9 @@ struct GradientBuffer {
     return {w1 + g * R * D, b1 + g * R, w2 + g * 2 * D * R, b2 + g * 2 * D};
   }
   // Adds step i's accumulators (all groups) to the caller's gradients.
-  void add_to(const AffineCouplingShape& s, int64_t i, const AffineStepGradients& out) const {
+  void add_to(const Problem& s, int64_t i, const StepGradients& out) const {
     const int64_t D = s.head_dim, R = s.hidden, G = s.groups;
-    const AffineStepGradients mine = at(s, i, 0);
+    const StepGradients mine = at(s, i, 0);
     for (int64_t n = 0; n < G * R * D; ++n) out.w1[n] += mine.w1[n];
     for (int64_t n = 0; n < G * R; ++n) out.b1[n] += mine.b1[n];
     for (int64_t n = 0; n < G * 2 * D * R; ++n) out.w2[n] += mine.w2[n];
@@ -194,9 +213,9 @@ struct GradientBuffer {
 };
 
 template <int R>
-void forward_all(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q, const float* k,
-                 const TokenStrides& strides, float* q_out, float* k_out) {
-  const TransposedWeights weights(s, steps);
+void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q, const float* k,
+                 const kernels::RowStrides& strides, float* q_out, float* k_out) {
+  const TransposedWeights weights(s, params);
   const int64_t D = s.head_dim, tokens = s.batch * s.heads * s.time;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < tokens; ++n) {
@@ -211,10 +230,10 @@ void forward_all(const AffineCouplingShape& s, const AffineStepWeights* steps, c
 }
 
 template <int R>
-void backward_all(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out,
+void backward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q_out,
                   const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,
-                  float* grad_k, const AffineStepGradients* step_grads) {
-  const TransposedWeights weights(s, steps);
+                  float* grad_k, const kernels::AffineCouplingGrads& grads) {
+  const TransposedWeights weights(s, params);
   const int64_t D = s.head_dim, tokens = s.batch * s.heads * s.time;
 #pragma omp parallel
   {
@@ -236,23 +255,25 @@ void backward_all(const AffineCouplingShape& s, const AffineStepWeights* steps, 
       }
     }
 #pragma omp critical
-    for (int64_t i = 0; i < s.steps; ++i) local.add_to(s, i, step_grads[i]);
+    for (int64_t i = 0; i < s.steps; ++i) local.add_to(s, i, {grads.w1[i], grads.b1[i], grads.w2[i], grads.b2[i]});
   }
 }
 
 }  // namespace
 
-void forward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q, const float* k,
-             const TokenStrides& strides, float* q_out, float* k_out) {
-  if (s.hidden == 8) forward_all<8>(s, steps, q, k, strides, q_out, k_out);
-  else forward_all<16>(s, steps, q, k, strides, q_out, k_out);
+void forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q,
+             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out) {
+  const Problem s = problem_of(shape, params);
+  if (s.hidden == 8) forward_all<8>(s, params, q, k, strides, q_out, k_out);
+  else forward_all<16>(s, params, q, k, strides, q_out, k_out);
 }
 
-void backward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out, const float* k_out,
-              const float* grad_q_out, const float* grad_k_out, float* grad_q, float* grad_k,
-              const AffineStepGradients* step_grads) {
-  if (s.hidden == 8) backward_all<8>(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
-  else backward_all<16>(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
+void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q_out,
+              const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q, float* grad_k,
+              const kernels::AffineCouplingGrads& grads) {
+  const Problem s = problem_of(shape, params);
+  if (s.hidden == 8) backward_all<8>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
+  else backward_all<16>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
 }
 
 }  // namespace cqk::cpu::CQK_SIMD_VARIANT

@@ -39,28 +39,30 @@ const char* simd_variant() {
   }
 }
 
-bool affine_coupling_supported(const AffineCouplingShape& s) {
+bool affine_coupling_supported(const kernels::CouplingShape& s, int64_t steps, float clamp) {
   return variant() != Variant::None && (s.hidden == 8 || s.hidden == 16) && s.head_dim % 8 == 0 &&
-         s.head_dim > 0 && s.head_dim <= kMaxHeadDim && s.steps >= 1 && (s.groups == 1 || s.groups == s.heads) &&
-         s.clamp > 0 && s.clamp <= kMaxExponent;  // |s| <= clamp: exp(s) and exp(-s) stay finite
+         s.head_dim > 0 && s.head_dim <= kMaxHeadDim && steps >= 1 &&
+         steps <= kernels::AffineCouplingParams::kMaxSteps && clamp > 0 &&
+         clamp <= kMaxExponent;  // |s| <= clamp: exp(s) and exp(-s) stay finite
 }
 
-void affine_coupling_forward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q,
-                             const float* k, const TokenStrides& strides, float* q_out, float* k_out) {
+void affine_coupling_forward(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p, const float* q,
+                             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out) {
 #if defined(__x86_64__)  // elsewhere no copy is compiled, and affine_coupling_supported() is false
-  if (variant() == Variant::Avx512) avx512::forward(s, steps, q, k, strides, q_out, k_out);
-  else avx2::forward(s, steps, q, k, strides, q_out, k_out);
+  if (variant() == Variant::Avx512) avx512::forward(s, p, q, k, strides, q_out, k_out);
+  else avx2::forward(s, p, q, k, strides, q_out, k_out);
 #endif
 }
 
-void affine_coupling_backward(const AffineCouplingShape& s, const AffineStepWeights* steps, const float* q_out,
-                              const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,
-                              float* grad_k, const AffineStepGradients* step_grads) {
+void affine_coupling_backward(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p,
+                              const float* q_out, const float* k_out, const float* grad_q_out,
+                              const float* grad_k_out, float* grad_q, float* grad_k,
+                              const kernels::AffineCouplingGrads& grads) {
 #if defined(__x86_64__)
   if (variant() == Variant::Avx512)
-    avx512::backward(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
+    avx512::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
   else
-    avx2::backward(s, steps, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, step_grads);
+    avx2::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
 #endif
 }
 

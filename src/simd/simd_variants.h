@@ -10,13 +10,13 @@ constexpr int64_t kMaxHeadDim = 256;
 // exp of at most this is finite in float32 (the limit is 88.7).
 constexpr float kMaxExponent = 80.0f;
 
-#define CQK_DECLARE_SIMD_VARIANT(name)                                                                            \
-  namespace name {                                                                                               \
-  void forward(const AffineCouplingShape& shape, const AffineStepWeights* steps, const float* q, const float* k, \
-               const TokenStrides& strides, float* q_out, float* k_out);                                         \
-  void backward(const AffineCouplingShape& shape, const AffineStepWeights* steps, const float* q_out,           \
-                const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,             \
-                float* grad_k, const AffineStepGradients* step_grads);                                           \
+#define CQK_DECLARE_SIMD_VARIANT(name)                                                                          \
+  namespace name {                                                                                             \
+  void forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q, \
+               const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out);                \
+  void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,              \
+                const float* q_out, const float* k_out, const float* grad_q_out, const float* grad_k_out,      \
+                float* grad_q, float* grad_k, const kernels::AffineCouplingGrads& grads);                      \
   }
 
 CQK_DECLARE_SIMD_VARIANT(avx2)    // AVX2 and FMA: 8 floats per vector
