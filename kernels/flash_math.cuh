@@ -45,6 +45,21 @@ CQK_HOST_DEVICE int64_t causal_key_tiles(int64_t tile, int64_t time) {
 CQK_HOST_DEVICE int64_t causal_first_query_tile(int64_t tile) { return tile * kFlashKeyTile / kFlashQueryTile; }
 
 // ---------------------------------------------------------------------------
+// Pairs. A launch runs `pairs` (q, k) maps per value head, all reading the
+// head's one v: 1 for vanilla attention, 2 for differential attention's two maps.
+
+// The coupling weights pair `pair` of head `head` uses (its group in
+// AffineCouplingParams): one coupling per head shared by the pairs (group
+// head), one per pair and head (pair-major, group pair * heads + head: the
+// differential module's separate couplings over [batch, pairs * heads]), or
+// one for everything (group 0).
+CQK_HOST_DEVICE int64_t coupling_weight_group(int64_t pair, int64_t head, int64_t heads, bool separate_pairs,
+                                              bool shared_across_heads) {
+  if (shared_across_heads) return 0;
+  return separate_pairs ? pair * heads + head : head;
+}
+
+// ---------------------------------------------------------------------------
 // The coupling on tiles. Even steps update k, odd steps q, so a key tile needs
 // only the steps up to the last even one and a query tile those up to the last
 // odd one (later steps do not change that vector).

@@ -32,6 +32,10 @@ at::Tensor merge_heads(const at::Tensor& x) {
   return x.transpose(1, 2).reshape({x.size(0), x.size(2), -1});
 }
 
+std::optional<double> rope_base_of(const AttentionOptions& options) {
+  return options.rope() ? std::optional<double>(options.rope_base()) : std::nullopt;
+}
+
 }  // namespace
 
 AttentionKind parse_attention_kind(const std::string& name) {
@@ -162,8 +166,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   }
   if (options_.kind() == AttentionKind::Vanilla && options_.causal() &&
       fused_coupled_attention_applies(*coupling_, q, k, v)) {
-    const auto rope_base = options_.rope() ? std::optional<double>(options_.rope_base()) : std::nullopt;
-    return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base)));
+    return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base_of(options_))));
   }
   std::tie(q, k) = coupling_(q, k);
   if (options_.kind() == AttentionKind::QKNorm) {
@@ -182,20 +185,31 @@ at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const
   const auto by_pair = [&](const at::Tensor& t) {  // [B, H, T, d] -> [B, 2, H/2, T, d]
     return t.view({batch, heads, 2, time, head_dim_}).transpose(1, 2);
   };
-  if (options_.separate_pair_couplings()) {
-    std::tie(q, k) = coupling_(by_pair(q).reshape({batch, 2 * heads, time, head_dim_}),
-                               by_pair(k).reshape({batch, 2 * heads, time, head_dim_}));
+  q = by_pair(q);
+  k = by_pair(k);
+  at::Tensor a1v, a2v;
+  if (options_.causal() && fused_paired_coupled_attention_applies(*coupling_, q, k, v)) {
+    // Both maps in one launch; the kernels read the coupling's layout (one per
+    // head shared by the pairs, or separate) from its head count.
+    const auto both = fused_paired_coupled_attention(*coupling_, q, k, v, rope_base_of(options_));
+    a1v = both.select(1, 0);
+    a2v = both.select(1, 1);
   } else {
-    // Both pairs through one per-head coupling: fold the pair axis into the batch.
-    std::tie(q, k) = coupling_(by_pair(q).reshape({batch * 2, heads, time, head_dim_}),
-                               by_pair(k).reshape({batch * 2, heads, time, head_dim_}));
+    if (options_.separate_pair_couplings()) {
+      std::tie(q, k) = coupling_(q.reshape({batch, 2 * heads, time, head_dim_}),
+                                 k.reshape({batch, 2 * heads, time, head_dim_}));
+    } else {
+      // Both pairs through one per-head coupling: fold the pair axis into the batch.
+      std::tie(q, k) = coupling_(q.reshape({batch * 2, heads, time, head_dim_}),
+                                 k.reshape({batch * 2, heads, time, head_dim_}));
+    }
+    q = position(q).reshape({batch, 2, heads, time, head_dim_});
+    k = position(k).reshape({batch, 2, heads, time, head_dim_});
+    a1v = score(q.select(1, 0), k.select(1, 0), v);
+    a2v = score(q.select(1, 1), k.select(1, 1), v);
   }
-  q = position(q).reshape({batch, 2, heads, time, head_dim_});
-  k = position(k).reshape({batch, 2, heads, time, head_dim_});
-  const auto a1v = score(q.select(1, 0), k.select(1, 0), v);
-  const auto a2v = score(q.select(1, 1), k.select(1, 1), v);
   const auto lambda = at::exp((lambda_q1 * lambda_k1).sum()) - at::exp((lambda_q2 * lambda_k2).sum()) + lambda_init_;
-  // (A1 - lambda A2) V = A1 V - lambda A2 V: two fused attention calls.
+  // (A1 - lambda A2) V = A1 V - lambda A2 V: two fused attention calls (or one flash launch for both).
   const auto out = head_norm(a1v - lambda.to(a1v.scalar_type()) * a2v) * (1.0 - lambda_init_);
   return out_proj(merge_heads(out));
 }

@@ -29,10 +29,13 @@ kn::RowStrides row_strides(const at::Tensor& t) {
 
 #ifdef CQK_WITH_CUDA
 at::Tensor kernel_readable(const at::Tensor& t, const std::string& who) {
-  if ((t.size(3) == 1 || t.stride(3) == 1) &&
-      kn::fused_coupling_rows_aligned(t.data_ptr(), row_strides(t), element_type(t, who)))
-    return t;
-  return t.clone(at::MemoryFormat::Contiguous);
+  const kn::ElementType type = element_type(t, who);
+  bool readable = t.size(-1) == 1 || t.stride(-1) == 1;
+  // Every row on a 16-byte boundary: the data pointer and the stride of every
+  // leading dimension (0 for those of size 1), whatever the rank.
+  for (int64_t d = 0; readable && d + 1 < t.dim(); ++d)
+    readable = kn::fused_coupling_rows_aligned(t.data_ptr(), {t.size(d) == 1 ? 0 : t.stride(d), 0, 0}, type);
+  return readable ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 #endif
 

@@ -24,7 +24,7 @@ kernels::RowStrides row_strides(const at::Tensor& t);
 
 #ifdef CQK_WITH_CUDA
 // t itself when the kernels can read it in place (last dimension contiguous,
-// rows on 16-byte boundaries), else a contiguous copy.
+// rows on 16-byte boundaries; any rank), else a contiguous copy.
 at::Tensor kernel_readable(const at::Tensor& t, const std::string& who);
 #endif
 

@@ -3,8 +3,11 @@
 // tiling as kernels/fused_attention.cu: the forward's online softmax over key
 // tiles and the backward's walk over the query tiles that see a key tile, both
 // against causal attention computed naively in float64 (forward values, and
-// gradients by autograd). Also the causal tile bounds, the steps a tile needs,
-// and RoPE per channel with its transpose.
+// gradients by autograd); the same for differential attention's two maps in
+// one launch (both pairs read one v, the backward sums both pairs' dv in the
+// block that owns a key tile). Also the causal tile bounds, the steps a tile
+// needs, the coupling weights each pair uses, and RoPE per channel with its
+// transpose.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -86,39 +89,62 @@ ForwardResult tiled_forward(const Matrix& q, const Matrix& k, const Matrix& v, f
   return out;
 }
 
-struct Gradients {
-  Matrix dq, dk, dv;
-};
+// delta_i = grad_o_i . o_i, the backward's row scratch.
+std::vector<float> row_deltas(const Matrix& grad_o, const Matrix& o) {
+  std::vector<float> delta(static_cast<size_t>(o.rows));
+  for (int64_t i = 0; i < o.rows; ++i) delta[static_cast<size_t>(i)] = dot(grad_o.row(i), o.row(i), o.cols);
+  return delta;
+}
 
-// The backward of fused_attention.cu: per key tile, the query tiles from the
-// first that sees it to the last, p rebuilt from lse2.
-Gradients tiled_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& o, const Matrix& grad_o,
-                         const std::vector<float>& lse2, float scale) {
+// One key tile of one pair in the backward of fused_attention.cu: the query
+// tiles from the first that sees it to the last, p rebuilt from lse2. Adds to
+// dq, dk and dv.
+void backward_key_tile(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& grad_o,
+                       const std::vector<float>& lse2, const std::vector<float>& delta, float scale, int64_t kt,
+                       Matrix& dq, Matrix& dk, Matrix& dv) {
   const int64_t time = q.rows, dim = q.cols;
-  Gradients g{Matrix(time, dim), Matrix(time, dim), Matrix(time, v.cols)};
-  std::vector<float> delta(static_cast<size_t>(time));
-  for (int64_t i = 0; i < time; ++i) delta[static_cast<size_t>(i)] = dot(grad_o.row(i), o.row(i), v.cols);
-  const int64_t key_tiles = (time + kn::kFlashKeyTile - 1) / kn::kFlashKeyTile;
   const int64_t query_tiles = (time + kn::kFlashQueryTile - 1) / kn::kFlashQueryTile;
-  for (int64_t kt = 0; kt < key_tiles; ++kt) {
-    const int64_t j0 = kt * kn::kFlashKeyTile, j1 = std::min(time, j0 + kn::kFlashKeyTile);
-    for (int64_t qt = kn::causal_first_query_tile(kt); qt < query_tiles; ++qt) {
-      for (int64_t i = qt * kn::kFlashQueryTile; i < std::min(time, (qt + 1) * kn::kFlashQueryTile); ++i) {
-        for (int64_t j = j0; j < j1; ++j) {
-          const bool visible = kn::causal_visible(i, j);
-          const float p = kn::flash_probability(visible ? score2(q, i, k, j, scale) : 0.0f,
-                                                lse2[static_cast<size_t>(i)], visible);
-          const float dp = dot(grad_o.row(i), v.row(j), v.cols);
-          const float ds = kn::softmax_logit_grad(p, dp, delta[static_cast<size_t>(i)]);
-          for (int64_t c = 0; c < dim; ++c) {
-            g.dq.row(i)[c] += scale * ds * k.row(j)[c];
-            g.dk.row(j)[c] += scale * ds * q.row(i)[c];
-          }
-          for (int64_t c = 0; c < v.cols; ++c) g.dv.row(j)[c] += p * grad_o.row(i)[c];
+  const int64_t j0 = kt * kn::kFlashKeyTile, j1 = std::min(time, j0 + kn::kFlashKeyTile);
+  for (int64_t qt = kn::causal_first_query_tile(kt); qt < query_tiles; ++qt) {
+    for (int64_t i = qt * kn::kFlashQueryTile; i < std::min(time, (qt + 1) * kn::kFlashQueryTile); ++i) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const bool visible = kn::causal_visible(i, j);
+        const float p = kn::flash_probability(visible ? score2(q, i, k, j, scale) : 0.0f,
+                                              lse2[static_cast<size_t>(i)], visible);
+        const float dp = dot(grad_o.row(i), v.row(j), v.cols);
+        const float ds = kn::softmax_logit_grad(p, dp, delta[static_cast<size_t>(i)]);
+        for (int64_t c = 0; c < dim; ++c) {
+          dq.row(i)[c] += scale * ds * k.row(j)[c];
+          dk.row(j)[c] += scale * ds * q.row(i)[c];
         }
+        for (int64_t c = 0; c < v.cols; ++c) dv.row(j)[c] += p * grad_o.row(i)[c];
       }
     }
   }
+}
+
+int64_t key_tiles(int64_t time) { return (time + kn::kFlashKeyTile - 1) / kn::kFlashKeyTile; }
+
+struct Gradients {
+  std::vector<Matrix> dq, dk;  // per pair
+  Matrix dv;                   // shared by the pairs
+};
+
+// The backward of fused_attention.cu over the pairs of one head: one block
+// per key tile walks the pairs one after the other, dk per pair, dv summed.
+Gradients tiled_backward(const std::vector<Matrix>& q, const std::vector<Matrix>& k, const Matrix& v,
+                         const std::vector<ForwardResult>& forward, const std::vector<Matrix>& grad_o, float scale) {
+  const size_t pairs = q.size();
+  Gradients g{{}, {}, Matrix(v.rows, v.cols)};
+  std::vector<std::vector<float>> delta;
+  for (size_t p = 0; p < pairs; ++p) {
+    g.dq.emplace_back(q[p].rows, q[p].cols);
+    g.dk.emplace_back(k[p].rows, k[p].cols);
+    delta.push_back(row_deltas(grad_o[p], forward[p].o));
+  }
+  for (int64_t kt = 0; kt < key_tiles(v.rows); ++kt)
+    for (size_t p = 0; p < pairs; ++p)
+      backward_key_tile(q[p], k[p], v, grad_o[p], forward[p].lse2, delta[p], scale, kt, g.dq[p], g.dk[p], g.dv);
   return g;
 }
 
@@ -162,10 +188,49 @@ TEST_P(FlashMath, TiledForwardAndBackwardMatchFloat64Attention) {
   const auto lse2 = at::tensor(forward.lse2).to(at::kDouble);
   EXPECT_LT((lse2 - lse2_expected).abs().max().item<double>(), 1e-4);
 
-  const auto g = tiled_backward(q, k, v, forward.o, grad_o, forward.lse2, scale);
-  EXPECT_LT(max_relative_error(g.dq.tensor(), grads[0]), 1e-4);
-  EXPECT_LT(max_relative_error(g.dk.tensor(), grads[1]), 1e-4);
+  const auto g = tiled_backward({q}, {k}, v, {forward}, {grad_o}, scale);
+  EXPECT_LT(max_relative_error(g.dq[0].tensor(), grads[0]), 1e-4);
+  EXPECT_LT(max_relative_error(g.dk[0].tensor(), grads[1]), 1e-4);
   EXPECT_LT(max_relative_error(g.dv.tensor(), grads[2]), 1e-4);
+}
+
+// Differential attention's two maps in one launch: both pairs (q_p, k_p) of
+// head dim d read one v of head dim 2d; the forward runs per pair, the
+// backward sums both pairs' dv in the key tile's block. Against autograd of
+// A1 v and A2 v in float64.
+TEST_P(FlashMath, PairsShareVAndTheBackwardSumsTheirDv) {
+  const int64_t time = GetParam(), dim = 16, value_dim = 2 * dim, pairs = 2;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  at::manual_seed(2000 + time);
+  const auto v64 = at::randn({time, value_dim}, at::kDouble).requires_grad_();
+  std::vector<at::Tensor> q64, k64, grad_o64, outputs;
+  for (int64_t p = 0; p < pairs; ++p) {
+    q64.push_back((at::randn({time, dim}, at::kDouble) * 1.5).requires_grad_());
+    k64.push_back((at::randn({time, dim}, at::kDouble) * 1.5).requires_grad_());
+    grad_o64.push_back(at::randn({time, value_dim}, at::kDouble));
+    outputs.push_back(causal_attention(q64.back(), k64.back(), v64, scale));
+  }
+  const auto grads = torch::autograd::grad(outputs, {q64[0], k64[0], q64[1], k64[1], v64}, grad_o64);
+
+  const Matrix v(v64.detach());
+  std::vector<Matrix> q, k, grad_o;
+  std::vector<ForwardResult> forward;
+  for (int64_t p = 0; p < pairs; ++p) {
+    q.emplace_back(q64[p].detach());
+    k.emplace_back(k64[p].detach());
+    grad_o.emplace_back(grad_o64[p]);
+    forward.push_back(tiled_forward(q[p], k[p], v, scale));
+    EXPECT_LT(max_relative_error(forward[p].o.tensor(), outputs[p].detach()), 1e-5) << "pair " << p;
+  }
+  const auto g = tiled_backward(q, k, v, forward, grad_o, scale);
+  for (int64_t p = 0; p < pairs; ++p) {
+    EXPECT_LT(max_relative_error(g.dq[p].tensor(), grads[2 * p]), 1e-4) << "pair " << p;
+    EXPECT_LT(max_relative_error(g.dk[p].tensor(), grads[2 * p + 1]), 1e-4) << "pair " << p;
+  }
+  EXPECT_LT(max_relative_error(g.dv.tensor(), grads[4]), 1e-4);
+  // Both pairs contribute: one pair's dv alone is far from the sum.
+  const auto first_only = tiled_backward({q[0]}, {k[0]}, v, {forward[0]}, {grad_o[0]}, scale);
+  if (time > 1) EXPECT_GT(max_relative_error(first_only.dv.tensor(), grads[4]), 1e-2);
 }
 
 // Large scores: exp of the raw scores would overflow float32; the online
@@ -228,6 +293,78 @@ TEST(FlashMathTiling, CausalTileBoundsVisitEveryVisiblePairOnce) {
   }
 }
 
+// A coupling's float32 weights for kn::affine_coupling_forward, every group
+// of every step, as AffineCouplingParams lays them out ([groups, ...] per tensor).
+class CouplingWeights {
+ public:
+  explicit CouplingWeights(cqk::QKCoupling& coupling) : options_(coupling->options()) {
+    auto params = coupling->named_parameters();
+    for (int64_t s = 0; s < options_.steps(); ++s)
+      for (const char* name : {"w1", "b1", "w2", "b2"})
+        storage_.push_back(Matrix(params["conditioner" + std::to_string(s) + "." + name].reshape({1, -1})).data);
+  }
+  // The steps of weight group g: pointers into this object.
+  std::vector<kn::AffineStepWeights> group(int64_t g) const {
+    const int64_t d = options_.head_dim(), r = options_.hidden();
+    std::vector<kn::AffineStepWeights> steps;
+    for (size_t s = 0; 4 * s < storage_.size(); ++s)
+      steps.push_back({storage_[4 * s].data() + g * r * d, storage_[4 * s + 1].data() + g * r,
+                       storage_[4 * s + 2].data() + g * 2 * d * r, storage_[4 * s + 3].data() + g * 2 * d});
+    return steps;
+  }
+
+ private:
+  cqk::CouplingOptions options_;
+  std::vector<std::vector<float>> storage_;
+};
+
+void randomise(cqk::QKCoupling& coupling) {
+  at::NoGradGuard no_grad;
+  for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * 0.15);
+}
+
+// Each pair's tokens, coupled with the weights coupling_weight_group picks,
+// match the differential module's ATen coupling of [batch, 2, heads, time, d]:
+// pairs folded into the batch (one coupling per head) or into the heads (one
+// per pair and head, pair-major), or one coupling for all heads.
+TEST(FlashMathPairs, CouplingWeightGroupMatchesTheDifferentialLayout) {
+  constexpr int D = 64, R = 8;
+  const int64_t batch = 2, pairs = 2, heads = 3, time = 5, steps = 2;
+  for (bool separate : {false, true}) {
+    for (bool shared_across_heads : {false, true}) {
+      cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, separate ? pairs * heads : heads, D)
+                                   .hidden(R)
+                                   .steps(steps)
+                                   .shared_across_heads(shared_across_heads));
+      at::manual_seed(separate * 2 + shared_across_heads);
+      randomise(coupling);
+      const CouplingWeights weights(coupling);
+      coupling->to(at::kDouble);
+      const auto q = at::randn({batch, pairs, heads, time, D}), k = at::randn({batch, pairs, heads, time, D});
+      const auto layout = [&](const at::Tensor& t) {
+        return separate ? t.reshape({batch, pairs * heads, time, D}) : t.reshape({batch * pairs, heads, time, D});
+      };
+      auto [q_ref, k_ref] = coupling->transform(layout(q.to(at::kDouble)), layout(k.to(at::kDouble)));
+      q_ref = q_ref.reshape(q.sizes());
+      k_ref = k_ref.reshape(k.sizes());
+      auto q_out = q.clone(), k_out = k.clone();
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t p = 0; p < pairs; ++p)
+          for (int64_t h = 0; h < heads; ++h) {
+            const auto group = weights.group(kn::coupling_weight_group(p, h, heads, separate, shared_across_heads));
+            for (int64_t t = 0; t < time; ++t)
+              kn::affine_coupling_forward<D, R>(q_out[b][p][h][t].data_ptr<float>(),
+                                                k_out[b][p][h][t].data_ptr<float>(), group.data(), steps, 2.0f);
+          }
+      const std::string what = std::string(separate ? "separate" : "shared") + " pairs" +
+                               (shared_across_heads ? ", one coupling for all heads" : "");
+      EXPECT_LT(max_relative_error(q_out.to(at::kDouble), q_ref), 1e-5) << what;
+      EXPECT_LT(max_relative_error(k_out.to(at::kDouble), k_ref), 1e-5) << what;
+      EXPECT_GT(max_relative_error(q.to(at::kDouble), q_ref), 1e-2) << what << ": the coupling moved q";
+    }
+  }
+}
+
 // A key tile runs steps_for_keys(n) steps, a query tile steps_for_queries(n):
 // the vector each needs comes out exactly as after all n steps.
 TEST(FlashMathCoupling, TilesRunOnlyTheStepsTheirVectorNeeds) {
@@ -235,19 +372,9 @@ TEST(FlashMathCoupling, TilesRunOnlyTheStepsTheirVectorNeeds) {
   for (int steps : {1, 2, 3, 4}) {
     cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, /*num_heads=*/1, D).hidden(R).steps(steps));
     at::manual_seed(steps);
-    {
-      at::NoGradGuard no_grad;
-      for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * 0.15);
-    }
-    auto params = coupling->named_parameters();
-    std::vector<std::vector<float>> storage;
-    for (int s = 0; s < steps; ++s)
-      for (const char* name : {"w1", "b1", "w2", "b2"})
-        storage.push_back(Matrix(params["conditioner" + std::to_string(s) + "." + name][0].reshape({1, -1})).data);
-    std::vector<kn::AffineStepWeights> weights;
-    for (int s = 0; s < steps; ++s)
-      weights.push_back({storage[4 * s].data(), storage[4 * s + 1].data(), storage[4 * s + 2].data(),
-                         storage[4 * s + 3].data()});
+    randomise(coupling);
+    const CouplingWeights all_weights(coupling);
+    const auto weights = all_weights.group(0);
     const Matrix qk(at::randn({2, D}));
     std::vector<float> q_all(qk.row(0), qk.row(0) + D), k_all(qk.row(1), qk.row(1) + D);
     auto q_keys = q_all, k_keys = k_all, q_queries = q_all, k_queries = k_all;

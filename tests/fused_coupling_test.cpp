@@ -123,6 +123,25 @@ TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g)) << "switched off";
 }
 
+// Differential attention's shapes: q, k [batch, 2, heads, time, d], v [batch, heads, time, 2d].
+TEST(FusedAttention, PairedAppliesToDifferentialShapesWithHeadDim64Only) {
+  const FusedAttentionSwitch on(true);
+  const auto options = [](int64_t heads, int64_t d) { return cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, d); };
+  cqk::QKCoupling shared(options(2, 64)), separate(options(4, 64)), wrong(options(3, 64)), wide(options(2, 128));
+  const auto q = at::randn({1, 2, 2, 8, 64}), v = at::randn({1, 2, 8, 128});
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, q, q, v)) << "CPU tensors";
+  if (!torch::cuda::is_available()) return;
+  for (auto* c : {&shared, &separate, &wrong, &wide}) (*c)->to(at::kCUDA);
+  const auto gq = q.to(at::kCUDA), gv = v.to(at::kCUDA);
+  EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv)) << "one coupling per head";
+  EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*separate, gq, gq, gv)) << "one per pair and head";
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wrong, gq, gq, gv)) << "3 coupling heads for 2 x 2";
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv.narrow(2, 0, 4))) << "v of another length";
+  // Head dim 128 with values of 256: its backward needs more shared memory than a block gets.
+  const auto wq = at::randn({1, 2, 2, 8, 128}, at::kCUDA), wv = at::randn({1, 2, 8, 256}, at::kCUDA);
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, wv));
+}
+
 TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {
   CQK_REQUIRE_GPU();
   uint64_t seed = 300;
@@ -134,12 +153,31 @@ TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {
   }
 }
 
+// The attention modules the flash path must serve: vanilla, and differential
+// with one coupling per head shared by its two pairs or one per pair.
+struct ModuleCase {
+  cqk::AttentionKind kind;
+  bool separate_pairs;
+};
+
+class FusedAttentionModule : public ::testing::TestWithParam<ModuleCase> {};
+
+INSTANTIATE_TEST_SUITE_P(Kinds, FusedAttentionModule,
+                         ::testing::Values(ModuleCase{cqk::AttentionKind::Vanilla, false},
+                                           ModuleCase{cqk::AttentionKind::Differential, false},
+                                           ModuleCase{cqk::AttentionKind::Differential, true}),
+                         [](const ::testing::TestParamInfo<ModuleCase>& info) {
+                           return cqk::to_string(info.param.kind) + (info.param.separate_pairs ? "_separate" : "");
+                         });
+
 // cqk::Attention takes the flash path when switched on and gives what the
 // default path (fused coupling + SDPA) gives, forward and backward.
-TEST(FusedAttention, AttentionModuleGivesTheDefaultPathsResults) {
+TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   CQK_REQUIRE_GPU();
   at::manual_seed(5);
-  auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4);
+  const bool differential = GetParam().kind == cqk::AttentionKind::Differential;
+  auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(GetParam().kind);
+  options.separate_pair_couplings(GetParam().separate_pairs);
   options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
   cqk::Attention attention(options);
   attention->to(at::kCUDA);
@@ -149,12 +187,19 @@ TEST(FusedAttention, AttentionModuleGivesTheDefaultPathsResults) {
   }
   const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
   {
-    // The module's q, k, v: [2, 4 heads, 130, 64]; with the switch on the flash path must take them.
+    // The module's q, k, v: [2, 4 heads, 130, 64], or for differential attention
+    // q, k [2, 2 pairs, 2 heads, 130, 64] and v [2, 2 heads, 130, 128]; with
+    // the switch on the flash path must take them.
     const FusedAttentionSwitch on(true);
-    const auto qkv = at::randn({2, 4, 130, 64}, at::kCUDA);
     const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
     ASSERT_TRUE(coupling);
-    ASSERT_TRUE(cqk::fused_coupled_attention_applies(*coupling, qkv, qkv, qkv));
+    if (differential) {
+      const auto qk = at::randn({2, 2, 2, 130, 64}, at::kCUDA), v = at::randn({2, 2, 130, 128}, at::kCUDA);
+      ASSERT_TRUE(cqk::fused_paired_coupled_attention_applies(*coupling, qk, qk, v));
+    } else {
+      const auto qkv = at::randn({2, 4, 130, 64}, at::kCUDA);
+      ASSERT_TRUE(cqk::fused_coupled_attention_applies(*coupling, qkv, qkv, qkv));
+    }
   }
   std::vector<at::Tensor> results[2];
   for (int flash = 0; flash < 2; ++flash) {

@@ -8,11 +8,12 @@
 // Off by default: it has not yet been measured against the default GPU path
 // (fused coupling kernel + PyTorch SDPA) on a GPU. CQK_FUSED_ATTENTION=1 in the
 // environment or set_fused_attention_enabled(true) turns it on; then
-// cqk::Attention takes it for vanilla causal attention with an affine coupling
-// whenever fused_coupled_attention_applies(). docs/KERNELS.md.
+// cqk::Attention takes it for causal vanilla and differential attention with
+// an affine coupling whenever fused_coupled_attention_applies() (vanilla) or
+// fused_paired_coupled_attention_applies() (differential). docs/KERNELS.md.
 //
-// Builds without CUDA: fused_attention_built() is false, applies() is false and
-// fused_coupled_attention throws std::logic_error.
+// Builds without CUDA: fused_attention_built() is false, the applies() are
+// false and the attention functions throw std::logic_error.
 #include <ATen/core/Tensor.h>
 
 #include <optional>
@@ -39,5 +40,24 @@ bool fused_coupled_attention_applies(const QKCouplingImpl& coupling, const at::T
 // coupling's weights. Output: contiguous [batch, heads, time, head_dim] in q's dtype.
 at::Tensor fused_coupled_attention(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, std::optional<double> rope_base);
+
+// Several (q, k) pairs per value head in one launch: q and k are
+// [batch, pairs, heads, time, head_dim] (any strides), v is
+// [batch, heads, time, value_dim], shared by the pairs. Differential attention
+// is pairs = 2 with value_dim = 2 * head_dim: the result holds A1 v and A2 v.
+// The coupling has either `heads` heads, each shared by the pairs (the
+// differential module's default, which folds the pairs into the batch), or
+// pairs * heads, pair-major (its separate_pair_couplings). Same conditions as
+// fused_coupled_attention_applies otherwise; compiled: head_dim 64 with
+// value_dim 64 or 128, head_dim 128 with value_dim 128.
+bool fused_paired_coupled_attention_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v);
+
+// For each pair p: softmax(causal(q''_p k''_p^T / sqrt(head_dim))) v, as
+// fused_coupled_attention. Output: contiguous [batch, pairs, heads, time,
+// value_dim] in q's dtype; differentiable with respect to q, k, v (its
+// gradient summed over the pairs) and the coupling's weights.
+at::Tensor fused_paired_coupled_attention(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, std::optional<double> rope_base);
 
 }  // namespace cqk

@@ -34,6 +34,11 @@ struct Case {
   at::ScalarType dtype = at::kFloat;
   bool strided = false;           // q, k as [batch, time, heads, d] transposed: non-contiguous rows
   int64_t tokens_per_block = 0;   // > 0: forces CQK_FUSED_TOKENS_PER_BLOCK (several batches per block)
+  // Attention only: (q, k) pairs per value head (2: differential attention,
+  // value head dim 2 * head_dim), and one coupling per (pair, head) instead of
+  // one per head shared by the pairs.
+  int64_t pairs = 1;
+  bool separate_pairs = false;
 
   std::string name() const {
     std::ostringstream s;
@@ -41,11 +46,15 @@ struct Case {
       << head_dim << " R" << hidden << " S" << steps << (shared ? " shared" : " per-head")
       << (strided ? " strided" : "");
     if (tokens_per_block > 0) s << " tpb" << tokens_per_block;
+    if (pairs > 1) s << " diff" << (separate_pairs ? " separate-pairs" : "");
     return s.str();
   }
+  int64_t value_dim() const { return pairs > 1 ? 2 * head_dim : head_dim; }
   CouplingOptions options() const {
-    return CouplingOptions(CouplingKind::Affine, heads, head_dim).hidden(hidden).steps(steps).shared_across_heads(
-        shared);
+    return CouplingOptions(CouplingKind::Affine, separate_pairs ? pairs * heads : heads, head_dim)
+        .hidden(hidden)
+        .steps(steps)
+        .shared_across_heads(shared);
   }
   // The relative tolerance of the brief: float32 1e-5, bfloat16 2e-2.
   double tolerance() const { return dtype == at::kBFloat16 ? 2e-2 : 1e-5; }
@@ -143,12 +152,21 @@ inline void randomise(QKCoupling& coupling) {
   for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * scale);
 }
 
-// [b, h, t, d] of `dtype` on the GPU: contiguous, or a transposed view of [b, t, h, d].
-inline at::Tensor input(const Case& c) {
+// [b, h, t, dim] of `dtype` on the GPU: contiguous, or a transposed view of [b, t, h, dim].
+inline at::Tensor input(const Case& c, int64_t dim) {
+  const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  if (c.strided) return at::randn({c.batch, c.time, c.heads, dim}, options).to(c.dtype).transpose(1, 2);
+  return at::randn({c.batch, c.heads, c.time, dim}, options).to(c.dtype);
+}
+inline at::Tensor input(const Case& c) { return input(c, c.head_dim); }
+
+// [b, pairs, h, t, dim]: contiguous, or strided as the differential module's
+// view of [b, t, h * pairs * dim] (pair p of head h is head h * pairs + p).
+inline at::Tensor paired_input(const Case& c, int64_t dim) {
   const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
   if (c.strided)
-    return at::randn({c.batch, c.time, c.heads, c.head_dim}, options).to(c.dtype).transpose(1, 2);
-  return at::randn({c.batch, c.heads, c.time, c.head_dim}, options).to(c.dtype);
+    return at::randn({c.batch, c.time, c.heads, c.pairs, dim}, options).to(c.dtype).permute({0, 3, 2, 1, 4});
+  return at::randn({c.batch, c.pairs, c.heads, c.time, dim}, options).to(c.dtype);
 }
 
 // A coupling on the GPU with random weights (randomise), and its float64 copy for the reference.
@@ -286,10 +304,12 @@ inline Result check_module_dispatch(const Case& c, uint64_t seed) {
 
 // The flash coupled attention against coupling + RoPE + causal softmax
 // attention by autograd in float64, on fresh random inputs: the output and the
-// gradients of q, k, v and every coupling weight. The output buffer is
-// allocated inside the autograd function, so the check poisons the caching
-// allocator instead: a freed NaN block of the output's size is what the
-// function's allocation gets back.
+// gradients of q, k, v and every coupling weight. One pair: the vanilla entry
+// point on [b, h, t, d]; two: the paired one (differential attention's A1 v
+// and A2 v, v shared), the reference coupling the pairs in the differential
+// module's layout. The output buffer is allocated inside the autograd
+// function, so the check poisons the caching allocator instead: a freed NaN
+// block of the output's size is what the function's allocation gets back.
 inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = true) {
   using namespace detail;
   Result result;
@@ -299,18 +319,29 @@ inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = 
   QKCoupling reference = float64_copy(coupling);
   const std::optional<double> rope_base = rope ? std::optional<double>(10000.0) : std::nullopt;
 
-  const auto q0 = input(c), k0 = input(c), v0 = input(c), grad_o = input(c);
+  const auto q0 = paired_input(c, c.head_dim), k0 = paired_input(c, c.head_dim), v0 = input(c, c.value_dim()),
+             grad_o = paired_input(c, c.value_dim());
   auto q_ref = q0.to(at::kDouble).requires_grad_(), k_ref = k0.to(at::kDouble).requires_grad_(),
        v_ref = v0.to(at::kDouble).requires_grad_();
-  auto [qc, kc] = reference->transform(q_ref, k_ref);
+  const auto sizes = q0.sizes();
+  const auto layout = [&](const at::Tensor& t) {  // forward_differential's: pairs into heads or into the batch
+    return c.separate_pairs ? t.reshape({c.batch, c.pairs * c.heads, c.time, c.head_dim})
+                            : t.reshape({c.batch * c.pairs, c.heads, c.time, c.head_dim});
+  };
+  auto [qc, kc] = reference->transform(layout(q_ref), layout(k_ref));
   if (rope_base) qc = apply_rope(qc, *rope_base), kc = apply_rope(kc, *rope_base);
-  const auto o_ref = at::scaled_dot_product_attention(qc, kc, v_ref, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                      /*is_causal=*/true);
+  qc = qc.reshape(sizes), kc = kc.reshape(sizes);
+  std::vector<at::Tensor> pair_outputs;
+  for (int64_t p = 0; p < c.pairs; ++p)
+    pair_outputs.push_back(at::scaled_dot_product_attention(qc.select(1, p), kc.select(1, p), v_ref,
+                                                            /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true));
+  const auto o_ref = at::stack(pair_outputs, 1);
   o_ref.backward(grad_o.to(at::kDouble));
 
   auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-  { const auto poison = poisoned(q); }
-  const auto o = fused_coupled_attention(*coupling, q, k, v, rope_base);
+  { const auto poison = poisoned(grad_o); }
+  const auto o = c.pairs == 1 ? fused_coupled_attention(*coupling, q.squeeze(1), k.squeeze(1), v, rope_base).unsqueeze(1)
+                              : fused_paired_coupled_attention(*coupling, q, k, v, rope_base);
   o.backward(grad_o);
   // Attention sums over up to T keys in float32: a looser float32 tolerance than the coupling alone.
   const double tolerance = c.dtype == at::kBFloat16 ? 3e-2 : 2e-4;
@@ -324,7 +355,9 @@ inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = 
 }
 
 // Cases of the flash coupled attention: odd and tile-multiple lengths, both
-// head dims, shared weights, strided inputs, both dtypes.
+// head dims, shared weights, strided inputs, both dtypes; differential
+// attention's two pairs with one coupling per head, separate couplings per
+// pair, and one for all.
 inline std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
@@ -345,6 +378,21 @@ inline std::vector<Case> attention_cases() {
     shared.time = 257;
     shared.strided = true;
     cases.push_back(shared);
+    // Differential attention (head dim 64, value 128): both maps in one launch.
+    Case diff = c;
+    diff.pairs = 2;
+    diff.strided = true;
+    cases.push_back(diff);
+    Case separate = diff;
+    separate.separate_pairs = true;
+    separate.time = 257;
+    separate.steps = 3;
+    cases.push_back(separate);
+    Case diff_shared = diff;  // one coupling for every head and pair
+    diff_shared.shared = true;
+    diff_shared.time = 1;
+    diff_shared.hidden = 16;
+    cases.push_back(diff_shared);
   }
   return cases;
 }
