@@ -160,6 +160,10 @@ struct ModuleCase {
   bool separate_pairs;
 };
 
+void PrintTo(const ModuleCase& c, std::ostream* os) {
+  *os << cqk::to_string(c.kind) << (c.separate_pairs ? ", separate pair couplings" : "");
+}
+
 class FusedAttentionModule : public ::testing::TestWithParam<ModuleCase> {};
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FusedAttentionModule,

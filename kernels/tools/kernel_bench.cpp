@@ -11,7 +11,10 @@
 // Rows per (dtype, T): SDPA alone (causal, no coupling); the ATen coupling +
 // SDPA; the fused coupling + SDPA; the coupling alone, ATen and fused; the
 // fused kernels alone with their achieved memory bandwidth; the flash coupled
-// attention (coupling + RoPE + attention in one kernel per pass). Times are medians
+// attention (coupling + RoPE + attention in one kernel per pass); the same for
+// differential attention (heads / 2 heads of two pairs, values of 2 * dim,
+// both maps in one launch) against its default path (coupling, RoPE, one SDPA
+// per pair). Times are medians
 // of per-iteration CUDA-event times; TFLOP/s counts attention's causal
 // forward+backward FLOPs (7 B H T^2 d) for every row that includes SDPA.
 #include <ATen/ATen.h>
@@ -28,6 +31,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cqk/coupling.h"
@@ -126,6 +130,44 @@ int run_checks(bool quick) {
   return failures == 0 ? 0 : 1;
 }
 
+// Differential attention's two maps, forward+backward, with the same total
+// q/k heads as the vanilla rows (heads / 2 heads of two pairs, one coupling
+// per head shared by the pairs, values of 2 * dim): the default path (the
+// coupling with the pairs folded into the batch, RoPE, one SDPA per pair)
+// and the flash kernel (0 when it does not apply).
+std::pair<double, double> time_differential(const Options& o, int64_t T, at::ScalarType dtype) {
+  const int64_t heads = o.heads / 2;
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+  auto coupling =
+      cqk::QKCoupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, o.dim).hidden(o.hidden).steps(o.steps));
+  coupling->to(at::kCUDA);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * 0.2);
+  }
+  auto q = at::randn({o.batch, 2, heads, T, o.dim}, opts).requires_grad_();
+  auto k = at::randn({o.batch, 2, heads, T, o.dim}, opts).requires_grad_();
+  auto v = at::randn({o.batch, heads, T, 2 * o.dim}, opts).requires_grad_();
+  const auto grad_out = at::randn({o.batch, 2, heads, T, 2 * o.dim}, opts);
+  const auto default_step = [&] {
+    const auto folded = [&](const at::Tensor& t) { return t.reshape({o.batch * 2, heads, T, o.dim}); };
+    auto [a, b] = coupling->forward(folded(q), folded(k));
+    a = cqk::apply_rope(a, 10000.0).reshape(q.sizes());
+    b = cqk::apply_rope(b, 10000.0).reshape(k.sizes());
+    std::vector<at::Tensor> maps;
+    for (int64_t p = 0; p < 2; ++p)
+      maps.push_back(at::scaled_dot_product_attention(a.select(1, p), b.select(1, p), v, /*attn_mask=*/{},
+                                                      /*dropout_p=*/0.0, /*is_causal=*/true));
+    at::stack(maps, 1).backward(grad_out);
+  };
+  const auto flash_step = [&] { cqk::fused_paired_coupled_attention(*coupling, q, k, v, 10000.0).backward(grad_out); };
+  const bool was_enabled = cqk::fused_attention_enabled();
+  cqk::set_fused_attention_enabled(true);  // applies() asks the switch; the timing calls the path directly
+  const bool flash = cqk::fused_paired_coupled_attention_applies(*coupling, q, k, v);
+  cqk::set_fused_attention_enabled(was_enabled);
+  return {time_ms(default_step, o.warmup, o.iters), flash ? time_ms(flash_step, o.warmup, o.iters) : 0.0};
+}
+
 void run_bench(const Options& o) {
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -141,8 +183,8 @@ void run_bench(const Options& o) {
   std::printf("| dtype | T | SDPA | TFLOP/s | ATen coupling + SDPA | TFLOP/s | fused coupling + SDPA | TFLOP/s | "
               "fused / SDPA | fused vs ATen (total) | coupling ATen | coupling fused | coupling speedup | "
               "fused fwd kernel (GB/s) | fused bwd kernel (GB/s) | flash coupled attention + RoPE | TFLOP/s | flash / "
-              "(fused coupling + RoPE + SDPA) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "(fused coupling + RoPE + SDPA) | diff: default path | diff: flash | diff: flash / default |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const bool was_enabled = cqk::fused_coupling_enabled();
   for (const auto& dtype_name : o.dtypes) {
     const auto dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -223,18 +265,21 @@ void run_bench(const Options& o) {
       cqk::set_fused_attention_enabled(flash_was_enabled);
       const double t_default_rope = time_ms(rope_step(false), o.warmup, o.iters);
       const double t_flash = flash ? time_ms(rope_step(true), o.warmup, o.iters) : 0.0;
+      const auto [t_diff_default, t_diff_flash] = time_differential(o, T, dtype);
       const double elems = static_cast<double>(o.batch * o.heads * T * o.dim);
       const double bytes = elems * static_cast<double>(at::elementSize(dtype));
       const double flops = 7.0 * static_cast<double>(o.batch * o.heads) * T * T * o.dim;
       const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
       std::printf("| %s | %lld | %.3f | %.0f | %.3f | %.0f | %.3f%s | %.0f | %.2fx | %.2fx faster | %.3f | %.3f | "
-                  "%.1fx | %.3f (%.0f) | %.3f (%.0f) | %.3f%s | %.0f | %.2fx |\n",
+                  "%.1fx | %.3f (%.0f) | %.3f (%.0f) | %.3f%s | %.0f | %.2fx | %.3f | %.3f%s | %.2fx |\n",
                   dtype_name.c_str(), static_cast<long long>(T), t_sdpa, tflops(t_sdpa), t_aten, tflops(t_aten),
                   t_fused, fused ? "" : " (ATen!)", tflops(t_fused), t_fused / t_sdpa, t_aten / t_fused,
                   t_aten_coupling, t_fused_coupling, t_aten_coupling / t_fused_coupling, fwd_ms,
                   fused ? 4 * bytes / (fwd_ms * 1e-3) / 1e9 : 0.0, bwd_ms,
                   fused ? 6 * bytes / (bwd_ms * 1e-3) / 1e9 : 0.0, t_flash, flash ? "" : " (n/a)",
-                  flash ? tflops(t_flash) : 0.0, flash ? t_flash / t_default_rope : 0.0);
+                  flash ? tflops(t_flash) : 0.0, flash ? t_flash / t_default_rope : 0.0, t_diff_default,
+                  t_diff_flash, t_diff_flash > 0 ? "" : " (n/a)",
+                  t_diff_flash > 0 ? t_diff_flash / t_diff_default : 0.0);
       std::fflush(stdout);
     }
   }
