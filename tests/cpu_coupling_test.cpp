@@ -112,6 +112,8 @@ TEST(CpuCoupling, MatchesTheFloat64AtenPathOnFreshRandomInputs) {
       {1, 4, 9, 32, 16, 3, true, false},   // shared weights, an odd number of steps
       {3, 2, 5, 128, 8, 4, false, true, 0.1},
       {1, 1, 1, 8, 16, 1, false, false},
+      // Rows of several chunks (64 or 32 tokens) and a partial one.
+      {2, 3, 150, 32, 8, 2, false, true},
   };
   // Large inputs: pre-activations of -100 and less, where exp(-a) overflows float32.
   {
@@ -131,7 +133,8 @@ TEST(CpuCoupling, TwoThreadsGiveTheOneThreadResult) {
   at::manual_seed(7);
   QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 4, 64).hidden(8));
   randomise(coupling);
-  const auto q = at::randn({2, 4, 33, 64}), k = at::randn_like(q), gq = at::randn_like(q), gk = at::randn_like(q);
+  // Several chunks per row; each thread's share spans heads, so it flushes its gradient sums per head.
+  const auto q = at::randn({2, 4, 150, 64}), k = at::randn_like(q), gq = at::randn_like(q), gk = at::randn_like(q);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   const auto one = outputs_and_gradients(coupling, q, k, gq, gk);
