@@ -1,6 +1,7 @@
 #include "cqk/model.h"
 
 #include "cqk/linear_cross_entropy.h"
+#include "cqk/swiglu.h"
 
 #include <ATen/ATen.h>
 
@@ -46,7 +47,7 @@ MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  if (gate) return down(at::silu(gate(x)) * up(x));
+  if (gate) return down(swiglu(gate(x), up(x)));
   return down(at::gelu(up(x)));
 }
 

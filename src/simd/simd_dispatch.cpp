@@ -1,4 +1,4 @@
-// Run-time choice between the compiled copies of the CPU coupling kernels.
+// Run-time choice between the compiled copies of the CPU kernels.
 // Compiled with the default flags: this code runs on any x86-64.
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +63,23 @@ void affine_coupling_backward(const kernels::CouplingShape& s, const kernels::Af
     avx512::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
   else
     avx2::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
+#endif
+}
+
+bool swiglu_supported() { return variant() != Variant::None; }
+
+void swiglu_forward(const float* gate, const float* up, float* out, int64_t n) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512) avx512::swiglu_forward(gate, up, out, n);
+  else avx2::swiglu_forward(gate, up, out, n);
+#endif
+}
+
+void swiglu_backward(const float* gate, const float* up, const float* grad_out, float* grad_gate, float* grad_up,
+                     int64_t n) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512) avx512::swiglu_backward(gate, up, grad_out, grad_gate, grad_up, n);
+  else avx2::swiglu_backward(gate, up, grad_out, grad_gate, grad_up, n);
 #endif
 }
 

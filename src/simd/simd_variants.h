@@ -1,8 +1,9 @@
 #pragma once
-// The compiled copies of the CPU coupling kernels, one namespace per
+// The compiled copies of the CPU kernels (the coupling, SwiGLU), one namespace per
 // instruction set (affine_coupling_cpu.cpp is compiled once for each), and
 // the limits every copy shares. Internal to src/simd/.
 #include "affine_coupling_cpu.h"
+#include "swiglu_cpu.h"
 
 namespace cqk::cpu {
 
@@ -17,6 +18,9 @@ constexpr float kMaxExponent = 80.0f;
   void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,              \
                 const float* q_out, const float* k_out, const float* grad_q_out, const float* grad_k_out,      \
                 float* grad_q, float* grad_k, const kernels::AffineCouplingGrads& grads);                      \
+  void swiglu_forward(const float* gate, const float* up, float* out, int64_t n);                             \
+  void swiglu_backward(const float* gate, const float* up, const float* grad_out, float* grad_gate,          \
+                       float* grad_up, int64_t n);                                                             \
   }
 
 CQK_DECLARE_SIMD_VARIANT(avx2)    // AVX2 and FMA: 8 floats per vector
