@@ -181,13 +181,14 @@ __global__ void __launch_bounds__(kThreads)
   float* kt = qt + kTile * S;
   float* vt = kt + kTile * S;
   float* pt = vt + kTile * SV;
-  // blockIdx.y = (b * pairs + p) * heads + h: o's and lse2's (b, p, h) order.
-  const int64_t h = blockIdx.y % g.heads, p = blockIdx.y / g.heads % g.pairs, b = blockIdx.y / (g.heads * g.pairs);
+  // blockIdx.y = (b * pairs + pair) * heads + h: o's and lse2's (b, pair, h) order.
+  const int64_t h = blockIdx.y % g.heads, pair = blockIdx.y / g.heads % g.pairs,
+                b = blockIdx.y / (g.heads * g.pairs);
   const int64_t tile = gridDim.x - 1 - blockIdx.x;  // the longest rows start first
   const T* v = static_cast<const T*>(in.v) + head_offset(in.v_strides, b, h);
-  const SmemViews<D, R> views{pack_pair_weights<D, R>(smem, in, p, h)};
+  const SmemViews<D, R> views{pack_pair_weights<D, R>(smem, in, pair, h)};
   __syncthreads();
-  load_coupled_tile<D, R, T, true>(in, g, views, b, p, h, tile * kTile, in.softmax_scale * kLog2e, qt);
+  load_coupled_tile<D, R, T, true>(in, g, views, b, pair, h, tile * kTile, in.softmax_scale * kLog2e, qt);
 
   const int ty = threadIdx.x / kRowThreads, tx = threadIdx.x % kRowThreads;
   float acc[kRowsPerThread][CV] = {};
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key_tiles = causal_key_tiles(tile, g.time);
   for (int64_t j = 0; j < key_tiles; ++j) {
     __syncthreads();  // the previous tile's readers are done with kt, vt, pt
-    load_coupled_tile<D, R, T, false>(in, g, views, b, p, h, j * kTile, 1.0f, kt);
+    load_coupled_tile<D, R, T, false>(in, g, views, b, pair, h, j * kTile, 1.0f, kt);
     load_tile<DV>(v, in.v_strides.time, g, j * kTile, vt);
     __syncthreads();
     float s[kRowsPerThread][4];

@@ -1,8 +1,55 @@
 #include "cqk/rope.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "cqk/runtime.h"
+#include "kernel_arguments.h"
+#include "simd/rope_cpu.h"
 
 namespace cqk {
+
+namespace {
+
+ProcessSwitch& enabled_switch() {
+  static ProcessSwitch on("CQK_FUSED_ROPE", /*default_on=*/true);
+  return on;
+}
+
+bool kernel_applies(const at::Tensor& x) {
+  return fused_rope_enabled() && cpu::rope_supported() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+         x.dim() == 4 && (x.size(3) == 1 || x.stride(3) == 1);
+}
+
+kernels::CouplingShape shape_of(const at::Tensor& x) { return {x.size(0), x.size(1), x.size(2), x.size(3), 0}; }
+
+// The rotation is orthogonal: its backward is the rotation by the negated angles.
+struct RopeFunction : public torch::autograd::Function<RopeFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    cpu::rope_rotate(shape_of(x), x.data_ptr<float>(), kernel_arguments::row_strides(x), cos.data_ptr<float>(),
+                     sin.data_ptr<float>(), /*inverse=*/false, y.data_ptr<float>());
+    ctx->save_for_backward({cos, sin});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto grad_y = grads[0].contiguous();
+    auto grad_x = at::empty_like(grad_y);
+    cpu::rope_rotate(shape_of(grad_y), grad_y.data_ptr<float>(), kernel_arguments::row_strides(grad_y),
+                     saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), /*inverse=*/true,
+                     grad_x.data_ptr<float>());
+    return {grad_x, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_rope_enabled() { return enabled_switch().on(); }
+void set_fused_rope_enabled(bool enabled) { enabled_switch().set(enabled); }
 
 at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t position_offset, const at::Device& device) {
   const auto opts = at::TensorOptions().dtype(at::kDouble).device(device);
@@ -14,6 +61,7 @@ at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset)
   const int64_t time = x.size(-2), dim = x.size(-1), half = dim / 2;
   TORCH_CHECK(dim % 2 == 0, "rope: head_dim must be even, got ", dim);
   const auto angles = rope_angles(time, dim, base, position_offset, x.device());  // [time, half]
+  if (kernel_applies(x)) return RopeFunction::apply(x, angles.cos().to(at::kFloat), angles.sin().to(at::kFloat));
   const auto compute = at::promote_types(x.scalar_type(), at::kFloat);
   const auto cos = at::cat({angles.cos(), angles.cos()}, -1).to(compute);
   const auto sin = at::cat({angles.sin(), angles.sin()}, -1).to(compute);

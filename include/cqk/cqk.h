@@ -14,4 +14,5 @@
 #include "cqk/rope.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
+#include "cqk/swiglu.h"
 #include "cqk/trainer.h"

@@ -6,7 +6,14 @@ namespace cqk {
 
 // x: [batch, heads, time, head_dim] with an even head_dim; position t of the
 // time axis is rotated by angles t * base^(-2i/head_dim), i < head_dim/2.
+// Float32 CPU tensors (x86-64 with AVX2) are rotated by a one-pass CPU kernel
+// each way (src/simd/rope_cpu.h), read in place when the last dimension is
+// contiguous; elsewhere, and with CQK_FUSED_ROPE=0 or
+// set_fused_rope_enabled(false), by the ATen ops.
 at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset = 0);
+
+bool fused_rope_enabled();
+void set_fused_rope_enabled(bool enabled);
 
 // The rotation angles t * base^(-2i/head_dim) in float64, [time, head_dim / 2],
 // for positions position_offset .. position_offset + time - 1 (float64: positions

@@ -136,6 +136,7 @@ int run_checks(bool quick) {
 // coupling with the pairs folded into the batch, RoPE, one SDPA per pair)
 // and the flash kernel (0 when it does not apply).
 std::pair<double, double> time_differential(const Options& o, int64_t T, at::ScalarType dtype) {
+  if (o.heads < 2 || o.heads % 2 != 0) return {0.0, 0.0};  // differential heads are pairs of q/k heads
   const int64_t heads = o.heads / 2;
   const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
   auto coupling =

@@ -83,4 +83,32 @@ void swiglu_backward(const float* gate, const float* up, const float* grad_out, 
 #endif
 }
 
+bool rms_norm_supported() { return variant() != Variant::None; }
+
+void rms_norm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int64_t dim,
+                      float eps) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512) avx512::rms_norm_forward(x, weight, y, rstd, rows, dim, eps);
+  else avx2::rms_norm_forward(x, weight, y, rstd, rows, dim, eps);
+#endif
+}
+
+void rms_norm_backward(const float* x, const float* weight, const float* rstd, const float* grad_y, float* grad_x,
+                       float* grad_weight, int64_t rows, int64_t dim) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512) avx512::rms_norm_backward(x, weight, rstd, grad_y, grad_x, grad_weight, rows, dim);
+  else avx2::rms_norm_backward(x, weight, rstd, grad_y, grad_x, grad_weight, rows, dim);
+#endif
+}
+
+bool rope_supported() { return variant() != Variant::None; }
+
+void rope_rotate(const kernels::CouplingShape& shape, const float* x, const kernels::RowStrides& strides,
+                 const float* cos, const float* sin, bool inverse, float* y) {
+#if defined(__x86_64__)
+  if (variant() == Variant::Avx512) avx512::rope_rotate(shape, x, strides, cos, sin, inverse, y);
+  else avx2::rope_rotate(shape, x, strides, cos, sin, inverse, y);
+#endif
+}
+
 }  // namespace cqk::cpu

@@ -1,8 +1,10 @@
 #pragma once
-// The compiled copies of the CPU kernels (the coupling, SwiGLU), one namespace per
+// The compiled copies of the CPU kernels (the coupling, SwiGLU, RMSNorm, RoPE), one namespace per
 // instruction set (affine_coupling_cpu.cpp is compiled once for each), and
 // the limits every copy shares. Internal to src/simd/.
 #include "affine_coupling_cpu.h"
+#include "rms_norm_cpu.h"
+#include "rope_cpu.h"
 #include "swiglu_cpu.h"
 
 namespace cqk::cpu {
@@ -21,6 +23,12 @@ constexpr float kMaxExponent = 80.0f;
   void swiglu_forward(const float* gate, const float* up, float* out, int64_t n);                             \
   void swiglu_backward(const float* gate, const float* up, const float* grad_out, float* grad_gate,          \
                        float* grad_up, int64_t n);                                                             \
+  void rms_norm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int64_t dim, \
+                        float eps);                                                                            \
+  void rms_norm_backward(const float* x, const float* weight, const float* rstd, const float* grad_y,         \
+                         float* grad_x, float* grad_weight, int64_t rows, int64_t dim);                        \
+  void rope_rotate(const kernels::CouplingShape& shape, const float* x, const kernels::RowStrides& strides,    \
+                   const float* cos, const float* sin, bool inverse, float* y);                                \
   }
 
 CQK_DECLARE_SIMD_VARIANT(avx2)    // AVX2 and FMA: 8 floats per vector
