@@ -18,7 +18,7 @@ ProcessSwitch& enabled_switch() {
 bool kernel_applies(const at::Tensor& x, const at::Tensor& weight) {
   const auto cpu_float = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; };
   return fused_rms_norm_enabled() && cpu::rms_norm_supported() && cpu_float(x) && cpu_float(weight) &&
-         x.dim() >= 1 && x.size(-1) == weight.numel();
+         x.dim() >= 1 && weight.numel() > 0 && x.size(-1) == weight.numel();
 }
 
 // Saves x, the weight and one float per row (1 / rms), not the normalised rows.
