@@ -191,17 +191,19 @@ TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   }
   const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
   {
-    // The module's q, k, v: [2, 4 heads, 130, 64], or for differential attention
-    // q, k [2, 2 pairs, 2 heads, 130, 64] and v [2, 2 heads, 130, 128]; with
-    // the switch on the flash path must take them.
+    // The module's q, k, v, as views of the projections laid out as the
+    // module makes them (split_heads, and by_pair for differential attention):
+    // [2, 4 heads, 130, 64], or q, k [2, 2 pairs, 2 heads, 130, 64] and
+    // v [2, 2 heads, 130, 128]; with the switch on the flash path must take them.
     const FusedAttentionSwitch on(true);
     const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
     ASSERT_TRUE(coupling);
     if (differential) {
-      const auto qk = at::randn({2, 2, 2, 130, 64}, at::kCUDA), v = at::randn({2, 2, 130, 128}, at::kCUDA);
+      const auto qk = at::randn({2, 130, 4, 64}, at::kCUDA).transpose(1, 2).view({2, 2, 2, 130, 64}).transpose(1, 2);
+      const auto v = at::randn({2, 130, 2, 128}, at::kCUDA).transpose(1, 2);
       ASSERT_TRUE(cqk::fused_paired_coupled_attention_applies(*coupling, qk, qk, v));
     } else {
-      const auto qkv = at::randn({2, 4, 130, 64}, at::kCUDA);
+      const auto qkv = at::randn({2, 130, 4, 64}, at::kCUDA).transpose(1, 2);
       ASSERT_TRUE(cqk::fused_coupled_attention_applies(*coupling, qkv, qkv, qkv));
     }
   }
