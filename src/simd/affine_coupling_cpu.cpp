@@ -126,9 +126,8 @@ class Buffer {
 // A thread's chunk vectors, channel-major: row c of a [rows][kChunk] block
 // holds channel c of every token of the chunk.
 struct ChunkScratch {
-  explicit ChunkScratch(const Problem& s)
-      : D(s.head_dim), R(s.hidden), buffer((8 * D + 4 * R) * kChunk) {
-    const int64_t vector = D * kChunk, pair = 2 * D * kChunk, hidden = R * kChunk;
+  explicit ChunkScratch(const Problem& s) : buffer((8 * s.head_dim + 4 * s.hidden) * kChunk) {
+    const int64_t vector = s.head_dim * kChunk, pair = 2 * vector, hidden = s.hidden * kChunk;
     q = buffer.get();
     k = q + vector;
     grad_q = k + vector;
@@ -141,7 +140,6 @@ struct ChunkScratch {
     grad_a = h + hidden;
   }
 
-  int64_t D, R;
   Buffer buffer;
   float *q, *k, *grad_q, *grad_k;  // [D][kChunk]
   float *o, *grad_o;               // [2D][kChunk]: the s_raw rows, then the t rows
