@@ -13,6 +13,7 @@
 #include "cqk/fused_coupling.h"
 #include "kernel_arguments.h"
 #include "simd/simd_variants.h"
+#include "tensor_compare.h"
 #include "test_io.h"
 
 // The CPU kernel of the affine coupling (src/simd/) against the ATen path in
@@ -23,6 +24,7 @@ namespace {
 using cqk::CouplingKind;
 using cqk::CouplingOptions;
 using cqk::QKCoupling;
+using cqk::testing::max_relative_error;
 
 void randomise(QKCoupling& coupling, double scale = 0.3) {
   at::NoGradGuard no_grad;
@@ -31,10 +33,6 @@ void randomise(QKCoupling& coupling, double scale = 0.3) {
 
 bool kernel_runs_here() {
   return cqk::cpu::affine_coupling_supported({1, 1, 1, 8, 8}, /*steps=*/1, /*clamp=*/2.0f);
-}
-
-double max_relative_error(const at::Tensor& actual, const at::Tensor& expected) {
-  return ((actual.to(at::kDouble) - expected).abs().max() / expected.abs().max().clamp_min(1e-12)).item<double>();
 }
 
 struct Case {

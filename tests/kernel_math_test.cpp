@@ -19,6 +19,7 @@
 
 #include "coupling_math.cuh"
 #include "cqk/coupling.h"
+#include "tensor_compare.h"
 
 namespace {
 
@@ -37,14 +38,10 @@ void randomise(QKCoupling& coupling) {
   for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * scale);
 }
 
-// max |actual - expected| / max |expected|.
-double relative_error(const at::Tensor& actual, const at::Tensor& expected) {
-  const auto e = expected.to(at::kDouble), a = actual.to(at::kDouble);
-  return ((a - e).abs().max() / e.abs().max().clamp_min(1e-30)).item<double>();
-}
+using cqk::testing::max_relative_error;
 
-double relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
-  return relative_error(at::tensor(actual), at::tensor(expected));
+double max_relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
+  return max_relative_error(at::tensor(actual), at::tensor(expected));
 }
 
 std::vector<float> to_vector(const at::Tensor& t) {
@@ -93,7 +90,7 @@ void check_backward_against_autograd(int steps, bool shared) {
   const auto grad_q_out = at::randn({batch, heads, time, D}, at::kDouble);
   const auto grad_k_out = at::randn({batch, heads, time, D}, at::kDouble);
   auto [q_out, k_out] = coupling->forward(q, k);
-  ASSERT_GT(relative_error(k_out, k), 0.05) << "the randomised map must be far from the identity";
+  ASSERT_GT(max_relative_error(k_out, k), 0.05) << "the randomised map must be far from the identity";
   ((q_out * grad_q_out).sum() + (k_out * grad_k_out).sum()).backward();
 
   const int64_t groups = shared ? 1 : heads;
@@ -125,10 +122,10 @@ void check_backward_against_autograd(int steps, bool shared) {
     }
   }
   constexpr double kTolerance = 1e-4;
-  EXPECT_LT(relative_error(rebuilt_q, q.detach()), 1e-5) << "inverse of q";
-  EXPECT_LT(relative_error(rebuilt_k, k.detach()), 1e-5) << "inverse of k";
-  EXPECT_LT(relative_error(dq, q.grad()), kTolerance) << "dq";
-  EXPECT_LT(relative_error(dk, k.grad()), kTolerance) << "dk";
+  EXPECT_LT(max_relative_error(rebuilt_q, q.detach()), 1e-5) << "inverse of q";
+  EXPECT_LT(max_relative_error(rebuilt_k, k.detach()), 1e-5) << "inverse of k";
+  EXPECT_LT(max_relative_error(dq, q.grad()), kTolerance) << "dq";
+  EXPECT_LT(max_relative_error(dk, k.grad()), kTolerance) << "dk";
   auto params = coupling->named_parameters();
   for (int s = 0; s < steps; ++s) {
     const std::string prefix = "conditioner" + std::to_string(s) + ".";
@@ -142,7 +139,7 @@ void check_backward_against_autograd(int steps, bool shared) {
       }
       const auto expected = params[prefix + name].grad();
       ASSERT_TRUE(expected.defined()) << prefix + name;
-      EXPECT_LT(relative_error(at::tensor(ours).view(expected.sizes()), expected), kTolerance) << prefix + name;
+      EXPECT_LT(max_relative_error(at::tensor(ours).view(expected.sizes()), expected), kTolerance) << prefix + name;
     }
   }
 }
@@ -387,19 +384,19 @@ void check_lane_split(int steps) {
   }
 
   for (int t = 0; t < kTokens; ++t) {
-    EXPECT_LT(relative_error(out[t], ref_out[t]), 1e-5) << "forward, token " << t;
-    EXPECT_LT(relative_error(back[t], ref_back[t]), 1e-5) << "rebuilt inputs, token " << t;
-    EXPECT_LT(relative_error(std::vector<float>(dq[t].begin(), dq[t].begin() + D), ref_dq[t]), 1e-5) << "dq " << t;
-    EXPECT_LT(relative_error(std::vector<float>(dk[t].begin(), dk[t].begin() + D), ref_dk[t]), 1e-5) << "dk " << t;
+    EXPECT_LT(max_relative_error(out[t], ref_out[t]), 1e-5) << "forward, token " << t;
+    EXPECT_LT(max_relative_error(back[t], ref_back[t]), 1e-5) << "rebuilt inputs, token " << t;
+    EXPECT_LT(max_relative_error(std::vector<float>(dq[t].begin(), dq[t].begin() + D), ref_dq[t]), 1e-5) << "dq " << t;
+    EXPECT_LT(max_relative_error(std::vector<float>(dk[t].begin(), dk[t].begin() + D), ref_dk[t]), 1e-5) << "dk " << t;
   }
   using G = kn::GradLayout<D, R>;
   for (int s = 0; s < steps; ++s) {
     const float* acc = block.acc.data() + s * G::kFloats;
     const auto slice = [&](int begin, int end) { return std::vector<float>(acc + begin, acc + end); };
-    EXPECT_LT(relative_error(slice(G::kW1, G::kB1), ref_grads[s].w1), 1e-5) << "dW1 step " << s;
-    EXPECT_LT(relative_error(slice(G::kB1, G::kW2), ref_grads[s].b1), 1e-5) << "db1 step " << s;
-    EXPECT_LT(relative_error(slice(G::kW2, G::kB2), ref_grads[s].w2), 1e-5) << "dW2 step " << s;
-    EXPECT_LT(relative_error(slice(G::kB2, G::kFloats), ref_grads[s].b2), 1e-5) << "db2 step " << s;
+    EXPECT_LT(max_relative_error(slice(G::kW1, G::kB1), ref_grads[s].w1), 1e-5) << "dW1 step " << s;
+    EXPECT_LT(max_relative_error(slice(G::kB1, G::kW2), ref_grads[s].b1), 1e-5) << "db1 step " << s;
+    EXPECT_LT(max_relative_error(slice(G::kW2, G::kB2), ref_grads[s].w2), 1e-5) << "dW2 step " << s;
+    EXPECT_LT(max_relative_error(slice(G::kB2, G::kFloats), ref_grads[s].b2), 1e-5) << "db2 step " << s;
   }
 }
 
@@ -425,11 +422,11 @@ TEST(KernelMath, SingleLaneForwardAndInverseMatchTheAtenPathForFourSteps) {
   for (int64_t t = 0; t < 5; ++t) {
     auto qv = to_vector(q[0][0][t]), kv = to_vector(k[0][0][t]);
     kn::affine_coupling_forward<D, R>(qv.data(), kv.data(), w.data(), Steps, 2.0f);
-    EXPECT_LT(relative_error(qv, to_vector(q_ref[0][0][t])), 1e-5);
-    EXPECT_LT(relative_error(kv, to_vector(k_ref[0][0][t])), 1e-5);
+    EXPECT_LT(max_relative_error(qv, to_vector(q_ref[0][0][t])), 1e-5);
+    EXPECT_LT(max_relative_error(kv, to_vector(k_ref[0][0][t])), 1e-5);
     kn::affine_coupling_inverse<D, R>(qv.data(), kv.data(), w.data(), Steps, 2.0f);
-    EXPECT_LT(relative_error(qv, to_vector(q[0][0][t])), 1e-5);
-    EXPECT_LT(relative_error(kv, to_vector(k[0][0][t])), 1e-5);
+    EXPECT_LT(max_relative_error(qv, to_vector(q[0][0][t])), 1e-5);
+    EXPECT_LT(max_relative_error(kv, to_vector(k[0][0][t])), 1e-5);
   }
 }
 

@@ -5,10 +5,13 @@
 
 #include "cqk/rms_norm.h"
 #include "simd/rms_norm_cpu.h"
+#include "tensor_compare.h"
 
 // RMSNorm's kernel path against the formula through autograd in float64: the
 // output and the gradients of x and of the weight, on fresh random inputs.
 namespace {
+
+using cqk::testing::max_relative_error;
 
 struct Result {
   at::Tensor y, grad_x, grad_weight;
@@ -33,15 +36,11 @@ Result float64_reference(const at::Tensor& x, const at::Tensor& weight, const at
   return {y.detach(), xd.grad(), wd.grad()};
 }
 
-double error(const at::Tensor& got, const at::Tensor& want) {
-  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max().clamp_min(1e-300)).item<double>();
-}
-
 void expect_matches_float64(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& grad_y) {
   const auto got = module_result(x, weight, grad_y), want = float64_reference(x, weight, grad_y);
-  EXPECT_LT(error(got.y, want.y), 1e-6);
-  EXPECT_LT(error(got.grad_x, want.grad_x), 1e-5);
-  EXPECT_LT(error(got.grad_weight, want.grad_weight), 1e-5);
+  EXPECT_LT(max_relative_error(got.y, want.y), 1e-6);
+  EXPECT_LT(max_relative_error(got.grad_x, want.grad_x), 1e-5);
+  EXPECT_LT(max_relative_error(got.grad_weight, want.grad_weight), 1e-5);
 }
 
 }  // namespace
@@ -79,14 +78,14 @@ TEST(RMSNorm, OtherInputsAndTheSwitchTakeTheAtenOps) {
   // bf16 is normalised in float32 by the ATen ops: within bf16 rounding of float64.
   const auto bf16 = module_result(x.to(at::kBFloat16), weight, grad), want = float64_reference(x, weight, grad);
   EXPECT_EQ(bf16.y.scalar_type(), at::kBFloat16);
-  EXPECT_LT(error(bf16.y, want.y), 2e-2);
+  EXPECT_LT(max_relative_error(bf16.y, want.y), 2e-2);
   // The switch off: the ATen ops on float32, still the same function.
   cqk::set_fused_rms_norm_enabled(false);
   const auto off = module_result(x, weight, grad);
   cqk::set_fused_rms_norm_enabled(true);
   const auto on = module_result(x, weight, grad);
-  EXPECT_LT(error(off.y, want.y), 1e-6);
-  EXPECT_LT(error(off.grad_x, want.grad_x), 1e-5);
-  EXPECT_LT(error(on.y, off.y.to(at::kDouble)), 1e-6);
-  EXPECT_LT(error(on.grad_weight, off.grad_weight.to(at::kDouble)), 1e-5);
+  EXPECT_LT(max_relative_error(off.y, want.y), 1e-6);
+  EXPECT_LT(max_relative_error(off.grad_x, want.grad_x), 1e-5);
+  EXPECT_LT(max_relative_error(on.y, off.y.to(at::kDouble)), 1e-6);
+  EXPECT_LT(max_relative_error(on.grad_weight, off.grad_weight.to(at::kDouble)), 1e-5);
 }

@@ -7,10 +7,13 @@
 
 #include "cqk/rope.h"
 #include "simd/rope_cpu.h"
+#include "tensor_compare.h"
 
 // apply_rope's CPU kernel against the ATen formula in float64 (apply_rope
 // itself on float64 tensors, which take the ATen ops), through autograd.
 namespace {
+
+using cqk::testing::max_relative_error;
 
 struct Result {
   at::Tensor y, grad_x;
@@ -23,14 +26,10 @@ Result rope(const at::Tensor& x, const at::Tensor& grad_y, int64_t offset) {
   return {y.detach(), xi.grad()};
 }
 
-double error(const at::Tensor& got, const at::Tensor& want) {
-  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-}
-
 void expect_matches_float64(const at::Tensor& x, const at::Tensor& grad_y, int64_t offset) {
   const auto got = rope(x, grad_y, offset), want = rope(x.to(at::kDouble), grad_y, offset);
-  EXPECT_LT(error(got.y, want.y), 1e-6);
-  EXPECT_LT(error(got.grad_x, want.grad_x), 1e-6);
+  EXPECT_LT(max_relative_error(got.y, want.y), 1e-6);
+  EXPECT_LT(max_relative_error(got.grad_x, want.grad_x), 1e-6);
 }
 
 }  // namespace
@@ -64,10 +63,10 @@ TEST(Rope, KernelPreservesNormsAndTheSwitchGivesTheAtenOps) {
   cqk::set_fused_rope_enabled(false);
   const auto off = rope(x, grad, 3);
   cqk::set_fused_rope_enabled(true);
-  EXPECT_LT(error(on.y, off.y.to(at::kDouble)), 1e-6);
-  EXPECT_LT(error(on.grad_x, off.grad_x.to(at::kDouble)), 1e-6);
+  EXPECT_LT(max_relative_error(on.y, off.y.to(at::kDouble)), 1e-6);
+  EXPECT_LT(max_relative_error(on.grad_x, off.grad_x.to(at::kDouble)), 1e-6);
   // bf16 takes the ATen ops in float32.
   const auto bf16 = rope(x.to(at::kBFloat16), grad, 3);
   EXPECT_EQ(bf16.y.scalar_type(), at::kBFloat16);
-  EXPECT_LT(error(bf16.y, off.y.to(at::kDouble)), 1e-2);
+  EXPECT_LT(max_relative_error(bf16.y, off.y.to(at::kDouble)), 1e-2);
 }

@@ -5,10 +5,13 @@
 
 #include "cqk/swiglu.h"
 #include "simd/swiglu_cpu.h"
+#include "tensor_compare.h"
 
 // cqk::swiglu against silu(gate) * up through autograd in float64: the value
 // and both gradients, on fresh random inputs.
 namespace {
+
+using cqk::testing::max_relative_error;
 
 struct Result {
   at::Tensor out, grad_gate, grad_up;
@@ -32,17 +35,11 @@ Result float64_reference(const at::Tensor& gate, const at::Tensor& up, const at:
              up.to(at::kDouble), grad_out);
 }
 
-// Largest |a - b| relative to b's largest magnitude (elementwise relative error
-// is meaningless where the value crosses zero).
-double error(const at::Tensor& a, const at::Tensor& b) {
-  return ((a.to(at::kDouble) - b).abs().max() / b.abs().max().clamp_min(1e-300)).item<double>();
-}
-
 void expect_matches_float64(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_out) {
   const auto got = fused(gate, up, grad_out), want = float64_reference(gate, up, grad_out);
-  EXPECT_LT(error(got.out, want.out), 1e-6);
-  EXPECT_LT(error(got.grad_gate, want.grad_gate), 1e-6);
-  EXPECT_LT(error(got.grad_up, want.grad_up), 1e-6);
+  EXPECT_LT(max_relative_error(got.out, want.out), 1e-6);
+  EXPECT_LT(max_relative_error(got.grad_gate, want.grad_gate), 1e-6);
+  EXPECT_LT(max_relative_error(got.grad_up, want.grad_up), 1e-6);
 }
 
 }  // namespace
@@ -64,8 +61,8 @@ TEST(SwiGLU, LargeGatesStayFinite) {
   const auto got = fused(gate, up, at::ones({6}));
   for (const auto& t : {got.out, got.grad_gate, got.grad_up}) EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << t;
   const auto want = float64_reference(gate, up, at::ones({6}));
-  EXPECT_LT(error(got.out, want.out), 1e-6);
-  EXPECT_LT(error(got.grad_gate, want.grad_gate), 1e-6);
+  EXPECT_LT(max_relative_error(got.out, want.out), 1e-6);
+  EXPECT_LT(max_relative_error(got.grad_gate, want.grad_gate), 1e-6);
 }
 
 TEST(SwiGLU, StridedInputsAndTheModelsShapes) {
