@@ -16,6 +16,7 @@
 
 #include "coupling_math.cuh"
 #include "fused_coupling.h"
+#include "rope_math.cuh"
 
 namespace cqk::kernels {
 
@@ -74,6 +75,16 @@ struct ShuffleReduce {
       for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
     }
 #endif
+  }
+};
+
+// rope_math.cuh's exchange: the partner lane of a token's group is l ^ L/2.
+template <int L>
+struct ShuffleExchange {
+  template <int N>
+  __device__ __forceinline__ void operator()(const float (&x)[N], float (&partner)[N]) const {
+#pragma unroll
+    for (int i = 0; i < N; ++i) partner[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
   }
 };
 

@@ -67,13 +67,6 @@ CQK_HOST_DEVICE int64_t coupling_weight_group(int64_t pair, int64_t head, int64_
 CQK_HOST_DEVICE int steps_for_keys(int steps) { return steps % 2 == 1 ? steps : steps - 1; }
 CQK_HOST_DEVICE int steps_for_queries(int steps) { return steps % 2 == 0 ? steps : steps - 1; }
 
-// RoPE (rotate-half) of channel c given its partner c ^ half (c + D/2 or c - D/2):
-//   lower half: x_c cos - x_partner sin;  upper half: x_c cos + x_partner sin.
-// The transpose (the backward) is the same with -sin.
-CQK_HOST_DEVICE float rope_channel(float x, float partner, float cos_a, float sin_a, bool upper_half) {
-  return upper_half ? x * cos_a + partner * sin_a : x * cos_a - partner * sin_a;
-}
-
 // ---------------------------------------------------------------------------
 // Online softmax of one query row. `max` and `sum` are identical in every
 // thread that shares the row (the kernels reduce with xor butterflies).

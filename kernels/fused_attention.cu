@@ -78,19 +78,6 @@ __device__ __forceinline__ float row_max(float v) {
   return v;
 }
 
-// RoPE of a lane's 8 channels at position t (partner channels in lane l ^ L/2).
-template <int D>
-__device__ __forceinline__ void rope_lane(float (&x)[kLaneChannels], int64_t t, int c0, const RopeTables& rope) {
-  constexpr int L = D / kLaneChannels, Half = D / 2;
-  float partner[kLaneChannels];
-#pragma unroll
-  for (int i = 0; i < kLaneChannels; ++i) partner[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
-  const bool upper = c0 >= Half;
-  const int64_t f0 = t * Half + (upper ? c0 - Half : c0);
-#pragma unroll
-  for (int i = 0; i < kLaneChannels; ++i) x[i] = rope_channel(x[i], partner[i], rope.cos[f0 + i], rope.sin[f0 + i], upper);
-}
-
 // Couples tokens t0 .. t0+63 of pair p of head (b, h) and writes q''
 // (Queries) or k'' times `scale` into tile[64][D+1]. Rows past the end are
 // zero. Every thread of the block calls it (the lanes shuffle).
@@ -112,7 +99,7 @@ __device__ void load_coupled_tile(const CoupledAttentionInputs& in, const FlashG
     load8(k + tc * in.k_strides.time + c0, kv);
     lane_coupling_forward<R, kLaneChannels>(views, steps, in.coupling.clamp, c0, qv, kv, ShuffleReduce<L>{});
     float(&x)[kLaneChannels] = *(Queries ? &qv : &kv);
-    if (in.rope.cos) rope_lane<D>(x, tc, c0, in.rope);
+    if (in.rope.cos) rope_lane<D>(x, tc, c0, in.rope, /*transpose=*/false, ShuffleExchange<L>{});
 #pragma unroll
     for (int i = 0; i < kLaneChannels; ++i) tile[row * row_stride<D>() + c0 + i] = valid ? x[i] * scale : 0.0f;
   }

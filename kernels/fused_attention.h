@@ -20,13 +20,6 @@
 
 namespace cqk::kernels {
 
-// RoPE (rotate-half) tables: cos and sin of position t times frequency i, as
-// [time, head_dim / 2] contiguous float32 on the device. Null: no RoPE.
-struct RopeTables {
-  const float* cos = nullptr;
-  const float* sin = nullptr;
-};
-
 struct AttentionShape {
   int64_t batch = 0, pairs = 1, heads = 0, time = 0;
   int64_t head_dim = 0;   // of q and k (and of the coupling)

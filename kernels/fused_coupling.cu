@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "coupling_device.cuh"
+#include "qk_norm_math.cuh"
 
 namespace cqk::kernels {
 namespace {
@@ -110,7 +111,8 @@ __device__ __forceinline__ int64_t dense(const Work& w, int64_t b, int64_t h, in
 template <int D, int R, class T, bool Inverse>
 __global__ void __launch_bounds__(kThreads)
     coupling_kernel(const T* __restrict__ q, RowStrides q_strides, const T* __restrict__ k, RowStrides k_strides,
-                    T* __restrict__ q_out, T* __restrict__ k_out, Work work, AffineCouplingParams params) {
+                    T* __restrict__ q_out, T* __restrict__ k_out, Work work, AffineCouplingParams params,
+                    AfterCoupling after) {
   constexpr int L = D / kLaneChannels, G = kThreads / L;
   extern __shared__ __align__(16) float smem[];
   const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
@@ -134,8 +136,21 @@ __global__ void __launch_bounds__(kThreads)
     load8(k + strided(k_strides, b, h, t) + c0, kv);
     if (Inverse) lane_coupling_inverse<R, kLaneChannels>(views, params.num_steps, params.clamp, c0, qv, kv, ShuffleReduce<L>{});
     else lane_coupling_forward<R, kLaneChannels>(views, params.num_steps, params.clamp, c0, qv, kv, ShuffleReduce<L>{});
+    // `after` is the same for the whole block, so every lane reduces and shuffles.
+    const int64_t o = dense<D>(work, b, h, t) + c0;
+    if (after.norm.q) {
+      if (valid) {
+        store8(static_cast<T*>(after.q_coupled) + o, qv);
+        store8(static_cast<T*>(after.k_coupled) + o, kv);
+      }
+      lane_rms_norm<D>(qv, after.norm.q + c0, after.norm.eps, ShuffleReduce<L>{});
+      lane_rms_norm<D>(kv, after.norm.k + c0, after.norm.eps, ShuffleReduce<L>{});
+    }
+    if (after.rope.cos) {
+      rope_lane<D>(qv, t, c0, after.rope, /*transpose=*/false, ShuffleExchange<L>{});
+      rope_lane<D>(kv, t, c0, after.rope, /*transpose=*/false, ShuffleExchange<L>{});
+    }
     if (valid) {
-      const int64_t o = dense<D>(work, b, h, t) + c0;
       store8(q_out + o, qv);
       store8(k_out + o, kv);
     }
@@ -149,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
     coupling_backward_kernel(const T* __restrict__ q_out, const T* __restrict__ k_out, const T* __restrict__ grad_q,
                              RowStrides gq_strides, const T* __restrict__ grad_k, RowStrides gk_strides,
                              T* __restrict__ dq, T* __restrict__ dk, Work work, AffineCouplingParams params,
-                             AffineCouplingGrads grads) {
+                             AffineCouplingGrads grads, AfterCoupling after, QKNormGrads norm_grads) {
   constexpr int L = D / kLaneChannels, G = kThreads / L;
   using Layout = PackedStepLayout<D, R>;
   using Grads = GradLayout<D, R>;
@@ -162,10 +177,12 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   float* g2 = acc + steps * P;
   float* xs = g2 + G * 2 * D;
   float* hg = xs + G * D;
+  float* norm_acc = hg + G * 2 * R;  // [2][D]: the QK-norm weights' gradients, summed over the block
 
   const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
   pack_weights<D, R>(weights, params, group);
   for (int o = threadIdx.x; o < steps * P; o += blockDim.x) acc[o] = 0.0f;
+  for (int o = threadIdx.x; o < 2 * D; o += blockDim.x) norm_acc[o] = 0.0f;
   __syncthreads();
 
   const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
@@ -184,6 +201,30 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
     load8(k_out + o, kv);
     load8(grad_q + strided(gq_strides, b, h, t) + c0, gqv);
     load8(grad_k + strided(gk_strides, b, h, t) + c0, gkv);
+    if (after.rope.cos) {
+      // RoPE came last: the gradients go back through it (R^T), and so do the
+      // saved outputs when they are the rotated ones (no QK-norm).
+      const ShuffleExchange<L> exchange;
+      rope_lane<D>(gqv, t, c0, after.rope, /*transpose=*/true, exchange);
+      rope_lane<D>(gkv, t, c0, after.rope, /*transpose=*/true, exchange);
+      if (!after.norm.q) {
+        rope_lane<D>(qv, t, c0, after.rope, /*transpose=*/true, exchange);
+        rope_lane<D>(kv, t, c0, after.rope, /*transpose=*/true, exchange);
+      }
+    }
+    if (after.norm.q) {
+      // The saved tensors are the coupling's outputs, the norm's inputs.
+      float wq[kLaneChannels], wk[kLaneChannels];
+      lane_rms_norm_backward<D>(qv, gqv, after.norm.q + c0, after.norm.eps, wq, ShuffleReduce<L>{});
+      lane_rms_norm_backward<D>(kv, gkv, after.norm.k + c0, after.norm.eps, wk, ShuffleReduce<L>{});
+      if (valid) {
+#pragma unroll
+        for (int i = 0; i < kLaneChannels; ++i) {
+          atomicAdd(norm_acc + c0 + i, wq[i]);
+          atomicAdd(norm_acc + D + c0 + i, wk[i]);
+        }
+      }
+    }
     StagingSink<D, R> sink{g2, xs, hg, acc, slot, valid, static_cast<int>(u_end - u0 < G ? u_end - u0 : G)};
     lane_coupling_backward<R, kLaneChannels>(views, steps, params.clamp, c0, qv, kv, gqv, gkv, ShuffleReduce<L>{},
                                              sink);
@@ -193,6 +234,12 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
     }
   }
   // The sink's last __syncthreads has made every accumulator final.
+  if (after.norm.q) {
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+      atomicAdd(norm_grads.q + c, norm_acc[c]);
+      atomicAdd(norm_grads.k + c, norm_acc[D + c]);
+    }
+  }
   for (int s = 0; s < steps; ++s) {
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
       float* target;
@@ -259,7 +306,7 @@ Work make_work(const CouplingShape& s, bool shared, int64_t per_batch, int multi
   return w;
 }
 
-void validate(const CouplingShape& s, const AffineCouplingParams& params) {
+void validate(const CouplingShape& s, const AffineCouplingParams& params, const AfterCoupling& after) {
   if (!fused_coupling_shape_supported(s.head_dim, s.hidden, params.num_steps))
     throw std::invalid_argument("fused coupling: unsupported " + shape_text(s, params.num_steps) +
                                 " (compiled: head_dim 64/128, hidden 8/16, 1.." +
@@ -268,6 +315,10 @@ void validate(const CouplingShape& s, const AffineCouplingParams& params) {
   for (int i = 0; i < params.num_steps; ++i)
     if (!params.w1[i] || !params.b1[i] || !params.w2[i] || !params.b2[i])
       throw std::invalid_argument("fused coupling: missing weights of step " + std::to_string(i));
+  if ((after.rope.cos == nullptr) != (after.rope.sin == nullptr))
+    throw std::invalid_argument("fused coupling: RoPE needs both tables, cos and sin");
+  if ((after.norm.q == nullptr) != (after.norm.k == nullptr))
+    throw std::invalid_argument("fused coupling: QK-norm needs the weights of both q and k");
 }
 
 void require_rows_aligned(const void* p, const RowStrides& strides, ElementType type, const char* name) {
@@ -289,8 +340,13 @@ void set_smem(const void* kernel, int64_t bytes, const DeviceInfo& info, const C
 template <bool Inverse>
 void launch_forward(ElementType type, const void* q, const RowStrides& qs, const void* k, const RowStrides& ks,
                     void* q_out, void* k_out, const CouplingShape& s, const AffineCouplingParams& params,
-                    void* stream) {
-  validate(s, params);
+                    const AfterCoupling& after, void* stream) {
+  validate(s, params, after);
+  if (after.norm.q) {
+    if (Inverse) throw std::invalid_argument("fused coupling: the inverse applies no QK-norm");
+    require_rows_aligned(after.q_coupled, RowStrides::contiguous(s), type, "q_coupled");
+    require_rows_aligned(after.k_coupled, RowStrides::contiguous(s), type, "k_coupled");
+  }
   if (s.batch * s.heads * s.time == 0) return;
   require_rows_aligned(q, qs, type, "q");
   require_rows_aligned(k, ks, type, "k");
@@ -310,7 +366,7 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
     auto kernel = coupling_kernel<D, R, T, Inverse>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
     kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
-                                         static_cast<T*>(q_out), static_cast<T*>(k_out), work, params);
+                                         static_cast<T*>(q_out), static_cast<T*>(k_out), work, params, after);
   });
   check_cuda(cudaGetLastError(), Inverse ? "inverse launch" : "forward launch");
 }
@@ -324,7 +380,8 @@ bool fused_coupling_shape_supported(int64_t head_dim, int64_t hidden, int64_t st
 
 int64_t fused_coupling_backward_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps) {
   const int64_t staging = tokens_per_batch(head_dim) * (3 * head_dim + 2 * hidden);
-  return (2 * steps * step_floats(head_dim, hidden) + staging) * static_cast<int64_t>(sizeof(float));
+  const int64_t norm_sums = 2 * head_dim;
+  return (2 * steps * step_floats(head_dim, hidden) + staging + norm_sums) * static_cast<int64_t>(sizeof(float));
 }
 
 bool fused_coupling_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
@@ -341,22 +398,24 @@ bool fused_coupling_rows_aligned(const void* data, const RowStrides& strides, El
 
 void affine_coupling_forward_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
                                   const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
-                                  const AffineCouplingParams& params, void* stream) {
-  launch_forward<false>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, stream);
+                                  const AffineCouplingParams& params, const AfterCoupling& after, void* stream) {
+  launch_forward<false>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, after, stream);
 }
 
 void affine_coupling_inverse_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
                                   const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
                                   const AffineCouplingParams& params, void* stream) {
-  launch_forward<true>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, stream);
+  launch_forward<true>(type, q, q_strides, k, k_strides, q_out, k_out, shape, params, AfterCoupling{}, stream);
 }
 
 void affine_coupling_backward_cuda(ElementType type, const void* q_out, const void* k_out, const void* grad_q,
                                    const RowStrides& grad_q_strides, const void* grad_k,
                                    const RowStrides& grad_k_strides, void* dq, void* dk, const CouplingShape& s,
                                    const AffineCouplingParams& params, const AffineCouplingGrads& grads,
-                                   void* stream) {
-  validate(s, params);
+                                   const AfterCoupling& after, const QKNormGrads& norm_grads, void* stream) {
+  validate(s, params, after);
+  if (after.norm.q && (!norm_grads.q || !norm_grads.k))
+    throw std::invalid_argument("fused coupling: QK-norm needs gradients for the weights of both q and k");
   if (s.batch * s.heads * s.time == 0) return;
   for (int i = 0; i < params.num_steps; ++i)
     if (!grads.w1[i] || !grads.b1[i] || !grads.w2[i] || !grads.b2[i])
@@ -384,7 +443,7 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
     kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
                                          static_cast<const T*>(grad_q), grad_q_strides,
                                          static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
-                                         static_cast<T*>(dk), work, params, grads);
+                                         static_cast<T*>(dk), work, params, grads, after, norm_grads);
   });
   check_cuda(cudaGetLastError(), "backward launch");
 }

@@ -38,6 +38,40 @@ struct AffineCouplingGrads {
 
 enum class ElementType { Float32, BFloat16 };
 
+// RoPE (rotate-half) tables: cos and sin of position t times frequency i, as
+// [time, head_dim / 2] contiguous float32 on the device. Null: no RoPE.
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+// QK-norm (qk_norm_math.cuh): RMSNorm of q and of k over head_dim, weights
+// [head_dim] float32 on the device. Null weights: no QK-norm.
+struct QKNormWeights {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  float eps = 1e-5f;
+};
+
+// The QK-norm weights' gradients, [head_dim] float32, ADDED to by the backward.
+struct QKNormGrads {
+  float* q = nullptr;
+  float* k = nullptr;
+};
+
+// What the forward kernel applies to the coupling's outputs before it writes
+// them, in this order (the attention's placement: coupling -> QK-norm -> RoPE),
+// and what the backward then takes back.
+struct AfterCoupling {
+  QKNormWeights norm;
+  RopeTables rope;
+  // With QK-norm, the forward also writes the coupling's own outputs here
+  // (contiguous, q's dtype) and the backward rebuilds the inputs from them:
+  // the norm's scale cannot be undone.
+  void* q_coupled = nullptr;
+  void* k_coupled = nullptr;
+};
+
 struct CouplingShape {
   int64_t batch = 0, heads = 0, time = 0, head_dim = 0, hidden = 0;
 };
@@ -62,11 +96,12 @@ bool fused_coupling_supported(int64_t head_dim, int64_t hidden, int64_t steps);
 // Row alignment the kernels need for an input with this data pointer and these strides.
 bool fused_coupling_rows_aligned(const void* data, const RowStrides& strides, ElementType type);
 
-// q_out, k_out = the coupling of (q, k). Throws std::invalid_argument for an
-// unsupported shape or misaligned rows, std::runtime_error for a CUDA error.
+// q_out, k_out = the coupling of (q, k), then what `after` asks for (RoPE for
+// positions 0 .. time-1). Throws std::invalid_argument for an unsupported
+// shape or misaligned rows, std::runtime_error for a CUDA error.
 void affine_coupling_forward_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
                                   const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
-                                  const AffineCouplingParams& params, void* stream);
+                                  const AffineCouplingParams& params, const AfterCoupling& after, void* stream);
 // q_out, k_out = the exact inverse of the coupling at (q, k).
 void affine_coupling_inverse_cuda(ElementType type, const void* q, const RowStrides& q_strides, const void* k,
                                   const RowStrides& k_strides, void* q_out, void* k_out, const CouplingShape& shape,
@@ -75,10 +110,14 @@ void affine_coupling_inverse_cuda(ElementType type, const void* q, const RowStri
 // per token, rebuilds (q, k) from the contiguous outputs (q_out, k_out) with the
 // exact inverse, step by step, and backpropagates (grad_q, grad_k) through each
 // step. Writes dq, dk (contiguous) and adds the weight gradients to `grads`.
+// With `after` (the forward's): grad_q, grad_k are the gradients of the
+// forward's q_out, k_out; q_out, k_out are those outputs, or with QK-norm the
+// forward's q_coupled, k_coupled (after.q_coupled is not read here). RoPE and
+// QK-norm are taken back first; the norm's weight gradients go to norm_grads.
 void affine_coupling_backward_cuda(ElementType type, const void* q_out, const void* k_out, const void* grad_q,
                                    const RowStrides& grad_q_strides, const void* grad_k,
                                    const RowStrides& grad_k_strides, void* dq, void* dk, const CouplingShape& shape,
                                    const AffineCouplingParams& params, const AffineCouplingGrads& grads,
-                                   void* stream);
+                                   const AfterCoupling& after, const QKNormGrads& norm_grads, void* stream);
 
 }  // namespace cqk::kernels

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "cqk/fused_attention.h"
+#include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
 
 namespace cqk {
@@ -117,6 +120,23 @@ at::Tensor AttentionImpl::position(const at::Tensor& x) const {
   return options_.rope() ? apply_rope(x, options_.rope_base()) : x;
 }
 
+std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor q, at::Tensor k) {
+  // On CUDA the fused coupling kernel applies QK-norm and RoPE as well.
+  const bool qk_norm = options_.kind() == AttentionKind::QKNorm;
+  if (fused_affine_coupling_applies(*coupling_, q, k) &&
+      (!qk_norm || fused_qk_norm_applies(q_norm->weight, k_norm->weight, q))) {
+    std::optional<FusedQKNorm> norm;
+    if (qk_norm) norm = FusedQKNorm{q_norm->weight, k_norm->weight, q_norm->eps()};
+    return fused_affine_coupling(*coupling_, q, k, rope_base_of(options_), norm);
+  }
+  std::tie(q, k) = coupling_(q, k);
+  if (options_.kind() == AttentionKind::QKNorm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  return {position(q), position(k)};
+}
+
 at::Tensor AttentionImpl::multi_token_logits(const at::Tensor& q, const at::Tensor& k) const {
   const int64_t time = q.size(2);
   const auto& mta = options_.mta();
@@ -168,13 +188,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
       fused_coupled_attention_applies(*coupling_, q, k, v)) {
     return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base_of(options_))));
   }
-  std::tie(q, k) = coupling_(q, k);
-  if (options_.kind() == AttentionKind::QKNorm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  q = position(q);
-  k = position(k);
+  std::tie(q, k) = prepare_for_scoring(q, k);
   return out_proj(merge_heads(score(q, k, v)));
 }
 
@@ -195,16 +209,14 @@ at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const
     a1v = both.select(1, 0);
     a2v = both.select(1, 1);
   } else {
-    if (options_.separate_pair_couplings()) {
-      std::tie(q, k) = coupling_(q.reshape({batch, 2 * heads, time, head_dim_}),
-                                 k.reshape({batch, 2 * heads, time, head_dim_}));
-    } else {
-      // Both pairs through one per-head coupling: fold the pair axis into the batch.
-      std::tie(q, k) = coupling_(q.reshape({batch * 2, heads, time, head_dim_}),
-                                 k.reshape({batch * 2, heads, time, head_dim_}));
-    }
-    q = position(q).reshape({batch, 2, heads, time, head_dim_});
-    k = position(k).reshape({batch, 2, heads, time, head_dim_});
+    // Separate couplings see the pairs as 2H heads; one shared per-head coupling
+    // takes both pairs with the pair axis folded into the batch.
+    const std::vector<int64_t> shape = options_.separate_pair_couplings()
+                                           ? std::vector<int64_t>{batch, 2 * heads, time, head_dim_}
+                                           : std::vector<int64_t>{batch * 2, heads, time, head_dim_};
+    std::tie(q, k) = prepare_for_scoring(q.reshape(shape), k.reshape(shape));
+    q = q.reshape({batch, 2, heads, time, head_dim_});
+    k = k.reshape({batch, 2, heads, time, head_dim_});
     a1v = score(q.select(1, 0), k.select(1, 0), v);
     a2v = score(q.select(1, 1), k.select(1, 1), v);
   }

@@ -48,13 +48,6 @@ using torch::autograd::variable_list;
 
 constexpr const char* kWho = "fused attention";
 
-// cos and sin of apply_rope's angles, [time, d/2] float32: one entry per
-// frequency (the kernel applies it to both halves).
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device) {
-  const auto angles = rope_angles(time, head_dim, base, /*position_offset=*/0, device);
-  return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
-}
-
 // Strides of the batch, pair, head and time dimensions of a [batch, pairs,
 // heads, time, dim] tensor; dimensions of size 1 get 0, as in args::row_strides.
 kn::PairedRowStrides paired_row_strides(const at::Tensor& t) {
@@ -88,7 +81,7 @@ kn::CoupledAttentionInputs kernel_inputs(const CouplingOptions& options, const s
   in.shape = {q.size(0), q.size(1), q.size(2), q.size(3), q.size(4), v.size(3), options.hidden()};
   in.coupling = args::coupling_params(options, weights, q.device(), kWho);
   in.separate_pair_couplings = separate_pair_couplings(options, q);
-  if (cos.defined()) in.rope = {cos.data_ptr<float>(), sin.data_ptr<float>()};
+  in.rope = args::rope_tables(cos, sin, q.size(3), q.size(4), q.device(), kWho);
   in.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(4))));
   return in;
 }

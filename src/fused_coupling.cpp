@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cqk/coupling.h"
+#include "cqk/rope.h"
 #include "cqk/runtime.h"
 
 #ifdef CQK_WITH_CUDA
@@ -88,19 +89,37 @@ kn::AffineCouplingParams make_params(const CouplingOptions& o, const std::vector
   return kernel_arguments::coupling_params(o, weights, device, kWho);
 }
 
-// Saves only the outputs (and the weights, which are parameters anyway); the
-// backward kernel rebuilds the inputs from the outputs.
+// Saves only the outputs (and the weights, which are parameters anyway, and
+// the RoPE tables); the backward kernel rebuilds the inputs from the outputs.
+// With QK-norm (qk_norm_eps set), the last two of `weights` are the norm's
+// weights for q and k, and the coupling's own outputs are saved instead.
 struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCoupling> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
-                                                const at::Tensor& k, at::TensorList weights,
-                                                CouplingOptions options) {
-    const std::vector<at::Tensor> w(weights.begin(), weights.end());
+                                                const at::Tensor& k, at::TensorList weights, CouplingOptions options,
+                                                std::optional<double> rope_base,
+                                                std::optional<double> qk_norm_eps) {
+    const std::vector<at::Tensor> all(weights.begin(), weights.end());
+    const std::vector<at::Tensor> w(all.begin(), all.begin() + 4 * options.steps());
     auto q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
     auto k_out = at::empty(k.sizes(), k.options().memory_format(at::MemoryFormat::Contiguous));
-    fused::affine_forward_out(options, w, q, k, q_out, k_out);
-    std::vector<at::Tensor> saved{q_out, k_out};
-    saved.insert(saved.end(), w.begin(), w.end());
+    fused::AfterCoupling after;
+    if (rope_base) std::tie(after.rope_cos, after.rope_sin) = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
+    if (qk_norm_eps) {
+      after.q_norm_weight = all[all.size() - 2];
+      after.k_norm_weight = all.back();
+      after.norm_eps = *qk_norm_eps;
+      after.q_coupled = at::empty_like(q_out);
+      after.k_coupled = at::empty_like(k_out);
+    }
+    fused::affine_forward_out(options, w, q, k, q_out, k_out, /*inverse=*/false, after);
+    std::vector<at::Tensor> saved = qk_norm_eps ? std::vector<at::Tensor>{after.q_coupled, after.k_coupled}
+                                                : std::vector<at::Tensor>{q_out, k_out};
+    saved.insert(saved.end(), all.begin(), all.end());
     ctx->save_for_backward(saved);
+    ctx->saved_data["rope"] = rope_base.has_value();
+    if (rope_base) ctx->saved_data["rope_cos"] = after.rope_cos, ctx->saved_data["rope_sin"] = after.rope_sin;
+    ctx->saved_data["qk_norm"] = qk_norm_eps.has_value();
+    if (qk_norm_eps) ctx->saved_data["qk_norm_eps"] = *qk_norm_eps;
     save_coupling_options(ctx, options);
     return {q_out, k_out};
   }
@@ -109,19 +128,33 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto options = saved_coupling_options(ctx);
-    const at::Tensor& q_out = saved[0];
-    const at::Tensor& k_out = saved[1];
-    const std::vector<at::Tensor> weights(saved.begin() + 2, saved.end());
-    const auto grad_q = grads[0].defined() ? grads[0] : at::zeros_like(q_out);
-    const auto grad_k = grads[1].defined() ? grads[1] : at::zeros_like(k_out);
-    auto dq = at::empty_like(q_out, at::MemoryFormat::Contiguous);
-    auto dk = at::empty_like(k_out, at::MemoryFormat::Contiguous);
+    const at::Tensor& q_saved = saved[0];
+    const at::Tensor& k_saved = saved[1];
+    const std::vector<at::Tensor> weights(saved.begin() + 2, saved.begin() + 2 + 4 * options.steps());
+    const auto grad_q = grads[0].defined() ? grads[0] : at::zeros_like(q_saved);
+    const auto grad_k = grads[1].defined() ? grads[1] : at::zeros_like(k_saved);
+    auto dq = at::empty_like(q_saved, at::MemoryFormat::Contiguous);
+    auto dk = at::empty_like(k_saved, at::MemoryFormat::Contiguous);
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w, at::MemoryFormat::Contiguous));
-    fused::affine_backward_out(options, weights, q_out, k_out, grad_q, grad_k, dq, dk, weight_grads);
+    fused::AfterCoupling after;
+    if (ctx->saved_data["rope"].toBool())
+      after.rope_cos = ctx->saved_data["rope_cos"].toTensor(), after.rope_sin = ctx->saved_data["rope_sin"].toTensor();
+    const bool qk_norm = ctx->saved_data["qk_norm"].toBool();
+    if (qk_norm) {
+      after.q_norm_weight = saved[saved.size() - 2];
+      after.k_norm_weight = saved.back();
+      after.norm_eps = ctx->saved_data["qk_norm_eps"].toDouble();
+      after.q_norm_weight_grad = at::zeros_like(after.q_norm_weight);
+      after.k_norm_weight_grad = at::zeros_like(after.k_norm_weight);
+    }
+    fused::affine_backward_out(options, weights, q_saved, k_saved, grad_q, grad_k, dq, dk, weight_grads, after);
     torch::autograd::variable_list result{dq, dk};
     result.insert(result.end(), weight_grads.begin(), weight_grads.end());
+    if (qk_norm) result.insert(result.end(), {after.q_norm_weight_grad, after.k_norm_weight_grad});
     result.emplace_back();  // options
+    result.emplace_back();  // rope_base
+    result.emplace_back();  // qk_norm_eps
     return result;
   }
 };
@@ -134,22 +167,31 @@ namespace fused {
 
 
 void affine_forward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights, const at::Tensor& q,
-                        const at::Tensor& k, const at::Tensor& q_out, const at::Tensor& k_out, bool inverse) {
+                        const at::Tensor& k, const at::Tensor& q_out, const at::Tensor& k_out, bool inverse,
+                        const AfterCoupling& after) {
   check_inputs(options, q, k);
   check_dense_like(q_out, q, "q_out");
   check_dense_like(k_out, q, "k_out");
   const c10::cuda::CUDAGuard guard(q.device());
   const auto params = make_params(options, weights, q.device());
+  const auto applied = kernel_arguments::after_coupling(after, q, /*forward=*/true, kWho);
+  if (inverse && (applied.rope.cos || applied.norm.q)) fail("the inverse takes no RoPE or QK-norm");
   const auto qr = kernel_readable(q), kr = kernel_readable(k);
-  const auto launch = inverse ? kn::affine_coupling_inverse_cuda : kn::affine_coupling_forward_cuda;
-  launch(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr), q_out.data_ptr(),
-         k_out.data_ptr(), shape_of(options, q), params, current_stream(q));
+  if (inverse) {
+    kn::affine_coupling_inverse_cuda(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr),
+                                     q_out.data_ptr(), k_out.data_ptr(), shape_of(options, q), params,
+                                     current_stream(q));
+  } else {
+    kn::affine_coupling_forward_cuda(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr),
+                                     q_out.data_ptr(), k_out.data_ptr(), shape_of(options, q), params, applied,
+                                     current_stream(q));
+  }
 }
 
 void affine_backward_out(const CouplingOptions& options, const std::vector<at::Tensor>& weights,
                          const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& grad_q,
                          const at::Tensor& grad_k, const at::Tensor& dq, const at::Tensor& dk,
-                         const std::vector<at::Tensor>& weight_grads) {
+                         const std::vector<at::Tensor>& weight_grads, const AfterCoupling& after) {
   check_inputs(options, q_out, k_out);
   check_dense_like(k_out, q_out, "k_out");
   check_dense_like(q_out, q_out, "q_out");
@@ -161,10 +203,12 @@ void affine_backward_out(const CouplingOptions& options, const std::vector<at::T
   const c10::cuda::CUDAGuard guard(q_out.device());
   const auto params = make_params(options, weights, q_out.device());
   const auto g = kernel_arguments::coupling_grads(weights, weight_grads, q_out.device(), kWho);
+  const auto applied = kernel_arguments::after_coupling(after, q_out, /*forward=*/false, kWho);
+  const auto norm_grads = kernel_arguments::qk_norm_grads(after, kWho);
   const auto gq = kernel_readable(grad_q), gk = kernel_readable(grad_k);
   kn::affine_coupling_backward_cuda(element_type(q_out), q_out.data_ptr(), k_out.data_ptr(), gq.data_ptr(),
                                     row_strides(gq), gk.data_ptr(), row_strides(gk), dq.data_ptr(), dk.data_ptr(),
-                                    shape_of(options, q_out), params, g, current_stream(q_out));
+                                    shape_of(options, q_out), params, g, applied, norm_grads, current_stream(q_out));
 }
 
 }  // namespace fused
@@ -185,10 +229,24 @@ bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Ten
   return true;
 }
 
+bool fused_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q) {
+  for (const auto* w : {&q_weight, &k_weight})
+    if (!w->defined() || w->scalar_type() != at::kFloat || !w->is_contiguous() || w->dim() != 1 ||
+        w->size(0) != q.size(-1) || w->device() != q.device())
+      return false;
+  return true;
+}
+
 std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
-                                                        const at::Tensor& k) {
-  const auto weights = fused::affine_weights(coupling);
-  auto out = FusedAffineCoupling::apply(q, k, at::TensorList(weights), coupling.options());
+                                                        const at::Tensor& k, std::optional<double> rope_base,
+                                                        const std::optional<FusedQKNorm>& qk_norm) {
+  auto weights = fused::affine_weights(coupling);
+  std::optional<double> qk_norm_eps;
+  if (qk_norm) {
+    weights.insert(weights.end(), {qk_norm->q_weight, qk_norm->k_weight});
+    qk_norm_eps = qk_norm->eps;
+  }
+  auto out = FusedAffineCoupling::apply(q, k, at::TensorList(weights), coupling.options(), rope_base, qk_norm_eps);
   return {out[0], out[1]};
 }
 
@@ -202,18 +260,20 @@ namespace {
 
 bool fused_coupling_built() { return false; }
 bool fused_affine_coupling_applies(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) { return false; }
-std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) {
+std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&,
+                                                        std::optional<double>, const std::optional<FusedQKNorm>&) {
   not_built();
 }
+bool fused_qk_norm_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 namespace fused {
 void affine_forward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,
-                        const at::Tensor&, const at::Tensor&, bool) {
+                        const at::Tensor&, const at::Tensor&, bool, const AfterCoupling&) {
   not_built();
 }
 void affine_backward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,
                          const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const std::vector<at::Tensor>&) {
+                         const std::vector<at::Tensor>&, const AfterCoupling&) {
   not_built();
 }
 }  // namespace fused

@@ -91,6 +91,60 @@ kn::AffineCouplingGrads coupling_grads(const std::vector<at::Tensor>& weights,
   return g;
 }
 
+kn::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, int64_t time, int64_t head_dim,
+                           const at::Device& device, const std::string& who) {
+  if (!cos.defined() && !sin.defined()) return {};
+  for (const auto* table : {&cos, &sin})
+    if (!table->defined() || table->scalar_type() != at::kFloat || !table->is_contiguous() ||
+        table->device() != device || table->sizes() != at::IntArrayRef{time, head_dim / 2})
+      fail(who, "RoPE tables must be contiguous float32 [" + std::to_string(time) + ", " +
+                    std::to_string(head_dim / 2) + "] tensors on the inputs' device");
+  return {cos.data_ptr<float>(), sin.data_ptr<float>()};
+}
+
+namespace {
+
+// A [dim] float32 contiguous vector on `device`.
+bool is_channel_vector(const at::Tensor& t, int64_t dim, const at::Device& device) {
+  return t.defined() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 1 && t.size(0) == dim &&
+         t.device() == device;
+}
+
+}  // namespace
+
+kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
+                                 const std::string& who) {
+  const int64_t time = like.size(2), head_dim = like.size(3);
+  kn::AfterCoupling out;
+  out.rope = rope_tables(after.rope_cos, after.rope_sin, time, head_dim, like.device(), who);
+  if (!after.q_norm_weight.defined() && !after.k_norm_weight.defined()) return out;
+  if (!is_channel_vector(after.q_norm_weight, head_dim, like.device()) ||
+      !is_channel_vector(after.k_norm_weight, head_dim, like.device()))
+    fail(who, "QK-norm weights must be contiguous float32 [" + std::to_string(head_dim) +
+                  "] tensors on the inputs' device, for both q and k");
+  out.norm = {after.q_norm_weight.data_ptr<float>(), after.k_norm_weight.data_ptr<float>(),
+              static_cast<float>(after.norm_eps)};
+  if (forward) {
+    for (const auto* coupled : {&after.q_coupled, &after.k_coupled})
+      if (!coupled->defined() || !coupled->is_contiguous() || coupled->sizes() != like.sizes() ||
+          coupled->scalar_type() != like.scalar_type() || coupled->device() != like.device())
+        fail(who, "with QK-norm, q_coupled and k_coupled must be contiguous tensors of q's shape, dtype and device");
+    out.q_coupled = after.q_coupled.data_ptr();
+    out.k_coupled = after.k_coupled.data_ptr();
+  }
+  return out;
+}
+
+kn::QKNormGrads qk_norm_grads(const fused::AfterCoupling& after, const std::string& who) {
+  if (!after.q_norm_weight.defined()) return {};
+  const int64_t dim = after.q_norm_weight.numel();
+  const auto device = after.q_norm_weight.device();
+  if (!is_channel_vector(after.q_norm_weight_grad, dim, device) ||
+      !is_channel_vector(after.k_norm_weight_grad, dim, device))
+    fail(who, "QK-norm weight gradients must be contiguous float32 tensors shaped like the weights");
+  return {after.q_norm_weight_grad.data_ptr<float>(), after.k_norm_weight_grad.data_ptr<float>()};
+}
+
 #ifdef CQK_WITH_CUDA
 void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 #endif

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
+#include "cqk/fused_coupling.h"
 #include "fused_coupling.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
 
 namespace cqk::kernel_arguments {
@@ -41,6 +42,22 @@ kernels::AffineCouplingParams coupling_params(const CouplingOptions& options, co
 kernels::AffineCouplingGrads coupling_grads(const std::vector<at::Tensor>& weights,
                                             const std::vector<at::Tensor>& weight_grads, const at::Device& device,
                                             const std::string& who);
+
+// RoPE tables (cos, sin: [time, head_dim / 2] contiguous float32 on `device`,
+// as cqk::rope_tables makes them) as the kernels take them; undefined tensors
+// mean no RoPE. std::invalid_argument "<who>: ..." otherwise.
+kernels::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, int64_t time, int64_t head_dim,
+                                const at::Device& device, const std::string& who);
+
+// fused::AfterCoupling as the coupling kernels take it, checked against the
+// coupling's [batch, heads, time, head_dim] input or output `like`: RoPE tables
+// as above, QK-norm weights of both q and k or neither ([head_dim] contiguous
+// float32 on like's device) and, for the forward, the coupled outputs
+// (contiguous, like's shape and dtype). std::invalid_argument "<who>: ..." otherwise.
+kernels::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
+                                      const std::string& who);
+// The QK-norm weights' gradients of `after` (shaped like the weights), for the backward.
+kernels::QKNormGrads qk_norm_grads(const fused::AfterCoupling& after, const std::string& who);
 
 #ifdef CQK_WITH_CUDA
 // The current CUDA stream of t's device, as the launchers take it.

@@ -57,6 +57,11 @@ at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t posi
   return at::outer(at::arange(position_offset, position_offset + time, opts), inv_freq);
 }
 
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device) {
+  const auto angles = rope_angles(time, head_dim, base, /*position_offset=*/0, device);
+  return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
+}
+
 at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset) {
   const int64_t time = x.size(-2), dim = x.size(-1), half = dim / 2;
   TORCH_CHECK(dim % 2 == 0, "rope: head_dim must be even, got ", dim);

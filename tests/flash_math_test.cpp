@@ -20,6 +20,7 @@
 #include "cqk/coupling.h"
 #include "cqk/rope.h"
 #include "flash_math.cuh"
+#include "rope_math.cuh"
 
 namespace {
 
@@ -416,6 +417,51 @@ TEST(FlashMathRope, ChannelRotationMatchesApplyRopeAndItsTranspose) {
   }
   for (int c = 0; c < D; ++c) lhs += static_cast<double>(rx[c]) * y[c], rhs += static_cast<double>(x[c]) * rty[c];
   EXPECT_NEAR(lhs, rhs, 1e-5);
+}
+
+// rope_lane as the kernels run it, a token's channels spread over D/8 lanes
+// whose exchange reads the partner lane (emulated from a snapshot of the row,
+// as the warp shuffle reads the values before any lane writes), with the
+// tables of cqk::rope_tables: it must give apply_rope's rotation, and the
+// transpose must rotate it back.
+template <int D>
+void check_lane_split_rope() {
+  constexpr int L = D / kn::kLaneChannels, T = 9;
+  const double base = 500.0;
+  at::manual_seed(D);
+  const auto x = at::randn({T, D});
+  const Matrix expected(cqk::apply_rope(x.view({1, 1, T, D}), base).view({T, D}));
+  const auto [cos, sin] = cqk::rope_tables(T, D, base, at::kCPU);
+  const kn::RopeTables tables{cos.data_ptr<float>(), sin.data_ptr<float>()};
+  Matrix rows(x.clone());
+  const auto rotate_rows = [&](bool transpose) {
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<float> snapshot(rows.row(t), rows.row(t) + D);
+      for (int lane = 0; lane < L; ++lane) {
+        const int c0 = lane * kn::kLaneChannels;
+        const auto exchange = [&](const float (&)[kn::kLaneChannels], float (&partner)[kn::kLaneChannels]) {
+          const int partner_c0 = (lane ^ (L / 2)) * kn::kLaneChannels;
+          for (int i = 0; i < kn::kLaneChannels; ++i) partner[i] = snapshot[partner_c0 + i];
+        };
+        float v[kn::kLaneChannels];
+        for (int i = 0; i < kn::kLaneChannels; ++i) v[i] = snapshot[c0 + i];
+        kn::rope_lane<D>(v, t, c0, tables, transpose, exchange);
+        for (int i = 0; i < kn::kLaneChannels; ++i) rows.row(t)[c0 + i] = v[i];
+      }
+    }
+  };
+  rotate_rows(/*transpose=*/false);
+  for (int64_t t = 0; t < T; ++t)
+    for (int c = 0; c < D; ++c) ASSERT_NEAR(rows.row(t)[c], expected.row(t)[c], 1e-5) << "D " << D << " t " << t << " c " << c;
+  rotate_rows(/*transpose=*/true);
+  const Matrix original(x);
+  for (int64_t t = 0; t < T; ++t)
+    for (int c = 0; c < D; ++c) ASSERT_NEAR(rows.row(t)[c], original.row(t)[c], 1e-5) << "D " << D << " t " << t << " c " << c;
+}
+
+TEST(RopeMath, LaneSplitRotationMatchesApplyRopeAndItsTransposeUndoesIt) {
+  check_lane_split_rope<64>();
+  check_lane_split_rope<128>();
 }
 
 }  // namespace

@@ -224,4 +224,42 @@ TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   }
 }
 
+// With RoPE and nothing between it and the coupling (vanilla and differential
+// attention), the attention module runs both in the fused coupling kernel
+// (flash path off); it must give what the ATen coupling and RoPE give.
+TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
+  CQK_REQUIRE_GPU();
+  const FusedAttentionSwitch no_flash(false);
+  for (auto kind : {cqk::AttentionKind::Vanilla, cqk::AttentionKind::Differential, cqk::AttentionKind::QKNorm}) {
+    at::manual_seed(6);
+    auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true);
+    options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
+    cqk::Attention attention(options);
+    attention->to(at::kCUDA);
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
+    }
+    const auto x0 = at::randn({2, 97, 256}, at::kCUDA), grad = at::randn({2, 97, 256}, at::kCUDA);
+    std::vector<at::Tensor> results[2];
+    const bool was_enabled = cqk::fused_coupling_enabled();
+    for (int fused = 0; fused < 2; ++fused) {
+      cqk::set_fused_coupling_enabled(fused == 1);
+      for (auto& p : attention->parameters()) p.mutable_grad() = at::Tensor();
+      auto x = x0.detach().requires_grad_();
+      const auto y = attention->forward(x);
+      y.backward(grad);
+      results[fused] = {y.detach(), x.grad()};
+      for (const auto& p : attention->parameters()) results[fused].push_back(p.grad());
+    }
+    cqk::set_fused_coupling_enabled(was_enabled);
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      const double err = ((results[1][i] - results[0][i]).abs().max() / results[0][i].abs().max().clamp_min(1e-30))
+                             .item<double>();
+      EXPECT_LT(err, 2e-4) << cqk::to_string(kind) << ", tensor " << i
+                           << " (0: output, 1: input gradient, then parameter gradients)";
+    }
+  }
+}
+
 }  // namespace

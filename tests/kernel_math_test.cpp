@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "coupling_math.cuh"
+#include "qk_norm_math.cuh"
 #include "cqk/coupling.h"
 #include "tensor_compare.h"
 
@@ -428,6 +430,63 @@ TEST(KernelMath, SingleLaneForwardAndInverseMatchTheAtenPathForFourSteps) {
     EXPECT_LT(max_relative_error(qv, to_vector(q[0][0][t])), 1e-5);
     EXPECT_LT(max_relative_error(kv, to_vector(k[0][0][t])), 1e-5);
   }
+}
+
+// QK-norm as the fused kernel runs it (qk_norm_math.cuh): one token's channels
+// over D/8 lanes, one CPU thread per lane, the sums through the emulated
+// shuffle reduction. Forward, input gradient and the weight gradient's terms
+// against autograd of RMSNorm in float64.
+template <int D>
+void check_lane_split_qk_norm() {
+  constexpr int L = D / kn::kLaneChannels, T = 6;
+  constexpr float kEps = 1e-5f;
+  at::manual_seed(40 + D);
+  // Token rows of different scales, one nearly zero (where eps matters).
+  const auto x = at::randn({T, D}, at::kDouble) * at::tensor({1.0, 0.1, 3.0, 1e-3, 1.0, 20.0}, at::kDouble).view({T, 1});
+  const auto w = 1.0 + 0.3 * at::randn({D}, at::kDouble), g = at::randn({T, D}, at::kDouble);
+  auto xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_();
+  const auto y = xr * at::rsqrt(xr.pow(2).mean(-1, /*keepdim=*/true) + kEps) * wr;
+  torch::autograd::backward({y}, {g});
+  const auto as_floats = [](const at::Tensor& t) {
+    const auto f = t.to(at::kFloat).contiguous();
+    return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  };
+  const auto xs = as_floats(x), ws = as_floats(w), gs = as_floats(g);
+  std::vector<float> y_got(T * D), gx_got(T * D), gw_got(D, 0.0f);
+  for (int t = 0; t < T; ++t) {
+    EmulatedBlock<D, 8> block(/*slots=*/1, /*steps=*/1);
+    std::vector<std::thread> threads;
+    for (int lane = 0; lane < L; ++lane) {
+      threads.emplace_back([&, lane] {
+        const int c0 = lane * kn::kLaneChannels;
+        const EmulatedReduce<D, 8> reduce{&block, 0, lane};
+        float v[kn::kLaneChannels], xin[kn::kLaneChannels], gv[kn::kLaneChannels], gw[kn::kLaneChannels];
+        for (int i = 0; i < kn::kLaneChannels; ++i) {
+          v[i] = xin[i] = xs[t * D + c0 + i];
+          gv[i] = gs[t * D + c0 + i];
+        }
+        kn::lane_rms_norm<D>(v, ws.data() + c0, kEps, reduce);
+        kn::lane_rms_norm_backward<D>(xin, gv, ws.data() + c0, kEps, gw, reduce);
+        for (int i = 0; i < kn::kLaneChannels; ++i) {
+          y_got[t * D + c0 + i] = v[i];
+          gx_got[t * D + c0 + i] = gv[i];
+          gw_got[c0 + i] += gw[i];  // each lane owns its channels
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  const auto tensor = [](const std::vector<float>& v, at::IntArrayRef shape) {
+    return at::tensor(v).to(at::kDouble).reshape(shape);
+  };
+  EXPECT_LT(cqk::testing::max_relative_error(tensor(y_got, {T, D}), y.detach()), 2e-6) << "forward, D " << D;
+  EXPECT_LT(cqk::testing::max_relative_error(tensor(gx_got, {T, D}), xr.grad()), 2e-5) << "dx, D " << D;
+  EXPECT_LT(cqk::testing::max_relative_error(tensor(gw_got, {D}), wr.grad()), 2e-5) << "dw, D " << D;
+}
+
+TEST(KernelMath, LaneSplitQKNormMatchesAutogradOfRMSNormInFloat64) {
+  check_lane_split_qk_norm<64>();
+  check_lane_split_qk_norm<128>();
 }
 
 }  // namespace

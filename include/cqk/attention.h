@@ -84,6 +84,9 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x);
   at::Tensor score(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   at::Tensor position(const at::Tensor& x) const;
+  // q, k [batch, heads, time, head_dim] -> coupled, QK-normed (QKNorm kind)
+  // and rotated, ready for scoring.
+  std::pair<at::Tensor, at::Tensor> prepare_for_scoring(at::Tensor q, at::Tensor k);
 
   AttentionOptions options_;
   int64_t head_dim_;

@@ -14,6 +14,7 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   at::Tensor forward(const at::Tensor& x) const;
+  double eps() const { return eps_; }
 
   at::Tensor weight;
 

@@ -2,6 +2,8 @@
 // Rotary position embedding (rotate-half form) over the last dimension.
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace cqk {
 
 // x: [batch, heads, time, head_dim] with an even head_dim; position t of the
@@ -20,5 +22,9 @@ void set_fused_rope_enabled(bool enabled);
 // times frequencies lose digits in float32 at long lengths). apply_rope and the
 // fused attention kernels' tables both come from here.
 at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t position_offset, const at::Device& device);
+
+// cos and sin of rope_angles (positions 0 .. time-1) as [time, head_dim / 2]
+// contiguous float32: the tables the CUDA kernels that apply RoPE read.
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device);
 
 }  // namespace cqk

@@ -34,6 +34,8 @@ struct Case {
   at::ScalarType dtype = at::kFloat;
   bool strided = false;           // q, k as [batch, time, heads, d] transposed: non-contiguous rows
   int64_t tokens_per_block = 0;   // > 0: forces CQK_FUSED_TOKENS_PER_BLOCK (several batches per block)
+  bool qk_norm = false;           // the coupling kernels also apply QK-norm (random weights, eps kNormEps)...
+  bool rope = false;              // ... and RoPE (base kRopeBase) to their outputs
   // Attention only: (q, k) pairs per value head (2: differential attention,
   // value head dim 2 * head_dim), and one coupling per (pair, head) instead of
   // one per head shared by the pairs.
@@ -46,6 +48,8 @@ struct Case {
       << head_dim << " R" << hidden << " S" << steps << (shared ? " shared" : " per-head")
       << (strided ? " strided" : "");
     if (tokens_per_block > 0) s << " tpb" << tokens_per_block;
+    if (qk_norm) s << " qk-norm";
+    if (rope) s << " rope";
     if (pairs > 1) s << " diff" << (separate_pairs ? " separate-pairs" : "");
     return s.str();
   }
@@ -59,6 +63,9 @@ struct Case {
   // The relative tolerance of the brief: float32 1e-5, bfloat16 2e-2.
   double tolerance() const { return dtype == at::kBFloat16 ? 2e-2 : 1e-5; }
 };
+
+constexpr double kRopeBase = 10000.0;
+constexpr double kNormEps = 1e-5;
 
 struct Result {
   bool ok = true;
@@ -112,6 +119,20 @@ inline std::vector<Case> standard_cases() {
     large.heads = 4;
     large.time = 2049;
     cases.push_back(large);
+    Case rotated = strided;  // coupling + RoPE, as the attention calls it
+    rotated.rope = true;
+    cases.push_back(rotated);
+    Case rotated_wide = wide;
+    rotated_wide.rope = true;
+    rotated_wide.tokens_per_block = 48;
+    cases.push_back(rotated_wide);
+    Case normed = rotated;  // coupling + QK-norm + RoPE: the QKNorm attention
+    normed.qk_norm = true;
+    cases.push_back(normed);
+    Case normed_wide = wide16;  // QK-norm without RoPE, several batches per block
+    normed_wide.qk_norm = true;
+    normed_wide.tokens_per_block = 48;
+    cases.push_back(normed_wide);
   }
   return cases;
 }
@@ -215,7 +236,8 @@ class TokensPerBlock {
 }  // namespace detail
 
 // The fused forward, inverse and backward launchers against autograd of the
-// ATen coupling in float64, on fresh random inputs, outputs poisoned with NaN.
+// ATen coupling (then RMSNorm and apply_rope, for c.qk_norm and c.rope) in
+// float64, on fresh random inputs, outputs poisoned with NaN.
 inline Result check_kernels(const Case& c, uint64_t seed) {
   using namespace detail;
   Result result;
@@ -228,18 +250,41 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   const auto q = input(c), k = input(c);
   auto q_ref = q.to(at::kDouble).requires_grad_(), k_ref = k.to(at::kDouble).requires_grad_();
   auto [q_out_ref, k_out_ref] = reference->transform(q_ref, k_ref);  // plain autograd, never the fused path
+  fused::AfterCoupling after;
+  at::Tensor q_norm_ref, k_norm_ref;  // float64 copies of the norm weights, for their gradients
+  if (c.qk_norm) {
+    after.q_norm_weight = 1.0 + 0.3 * at::randn({c.head_dim}, q.options().dtype(at::kFloat));
+    after.k_norm_weight = 1.0 + 0.3 * at::randn({c.head_dim}, q.options().dtype(at::kFloat));
+    after.norm_eps = kNormEps;
+    after.q_coupled = poisoned(q.contiguous());
+    after.k_coupled = poisoned(k.contiguous());
+    q_norm_ref = after.q_norm_weight.to(at::kDouble).requires_grad_();
+    k_norm_ref = after.k_norm_weight.to(at::kDouble).requires_grad_();
+    const auto rms_norm = [](const at::Tensor& x, const at::Tensor& w) {
+      return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + kNormEps) * w;
+    };
+    q_out_ref = rms_norm(q_out_ref, q_norm_ref);
+    k_out_ref = rms_norm(k_out_ref, k_norm_ref);
+  }
+  if (c.rope) {
+    q_out_ref = apply_rope(q_out_ref, kRopeBase);
+    k_out_ref = apply_rope(k_out_ref, kRopeBase);
+    std::tie(after.rope_cos, after.rope_sin) = rope_tables(c.time, c.head_dim, kRopeBase, q.device());
+  }
 
   const auto weights = fused::affine_weights(*coupling);
   auto q_out = poisoned(q), k_out = poisoned(k);
-  fused::affine_forward_out(options, weights, q, k, q_out, k_out);
+  fused::affine_forward_out(options, weights, q, k, q_out, k_out, /*inverse=*/false, after);
   compare(result, "forward q", q_out, q_out_ref, c.tolerance());
   compare(result, "forward k", k_out, k_out_ref, c.tolerance());
 
-  // The inverse launcher rebuilds the inputs (in bf16 from rounded outputs: bf16 accuracy).
-  auto q_back = poisoned(q), k_back = poisoned(k);
-  fused::affine_forward_out(options, weights, q_out, k_out, q_back, k_back, /*inverse=*/true);
-  compare(result, "inverse q", q_back, q, c.tolerance());
-  compare(result, "inverse k", k_back, k, c.tolerance());
+  if (!c.rope && !c.qk_norm) {
+    // The inverse launcher rebuilds the inputs (in bf16 from rounded outputs: bf16 accuracy).
+    auto q_back = poisoned(q), k_back = poisoned(k);
+    fused::affine_forward_out(options, weights, q_out, k_out, q_back, k_back, /*inverse=*/true);
+    compare(result, "inverse q", q_back, q, c.tolerance());
+    compare(result, "inverse k", k_back, k, c.tolerance());
+  }
 
   // Backward from the fused outputs, as in training.
   const auto grad_q = input(c), grad_k = input(c);
@@ -247,9 +292,20 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   auto dq = poisoned(q), dk = poisoned(k);
   std::vector<at::Tensor> weight_grads;
   for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w));
-  fused::affine_backward_out(options, weights, q_out, k_out, grad_q, grad_k, dq, dk, weight_grads);
+  if (c.qk_norm) {
+    after.q_norm_weight_grad = at::zeros_like(after.q_norm_weight);
+    after.k_norm_weight_grad = at::zeros_like(after.k_norm_weight);
+  }
+  // With QK-norm the backward reads the coupling's own outputs, as in training.
+  const auto& q_saved = c.qk_norm ? after.q_coupled : q_out;
+  const auto& k_saved = c.qk_norm ? after.k_coupled : k_out;
+  fused::affine_backward_out(options, weights, q_saved, k_saved, grad_q, grad_k, dq, dk, weight_grads, after);
   compare(result, "dq", dq, q_ref.grad(), c.tolerance());
   compare(result, "dk", dk, k_ref.grad(), c.tolerance());
+  if (c.qk_norm) {
+    compare(result, "d q_norm.weight", after.q_norm_weight_grad, q_norm_ref.grad(), c.tolerance());
+    compare(result, "d k_norm.weight", after.k_norm_weight_grad, k_norm_ref.grad(), c.tolerance());
+  }
   const auto ref_params = reference->named_parameters();
   for (int64_t s = 0; s < c.steps; ++s) {
     const char* names[] = {"w1", "b1", "w2", "b2"};
