@@ -14,7 +14,8 @@
 // attention (coupling + RoPE + attention in one kernel per pass); the same for
 // differential attention (heads / 2 heads of two pairs, values of 2 * dim,
 // both maps in one launch) against its default path (coupling, RoPE, one SDPA
-// per pair). Times are medians
+// per pair). The default paths couple and rotate as cqk::Attention does: in
+// the fused coupling kernel where it applies. Times are medians
 // of per-iteration CUDA-event times; TFLOP/s counts attention's causal
 // forward+backward FLOPs (7 B H T^2 d) for every row that includes SDPA.
 #include <ATen/ATen.h>
@@ -130,6 +131,16 @@ int run_checks(bool quick) {
   return failures == 0 ? 0 : 1;
 }
 
+// The coupling and RoPE of the attention's default (non-flash) path: one
+// fused kernel where it applies, as Attention::prepare_for_scoring does.
+std::pair<at::Tensor, at::Tensor> coupled_and_rotated(cqk::QKCoupling& coupling, const at::Tensor& q,
+                                                      const at::Tensor& k) {
+  constexpr double kBase = 10000.0;
+  if (cqk::fused_affine_coupling_applies(*coupling, q, k)) return cqk::fused_affine_coupling(*coupling, q, k, kBase);
+  const auto [a, b] = coupling->forward(q, k);
+  return {cqk::apply_rope(a, kBase), cqk::apply_rope(b, kBase)};
+}
+
 // Differential attention's two maps, forward+backward, with the same total
 // q/k heads as the vanilla rows (heads / 2 heads of two pairs, one coupling
 // per head shared by the pairs, values of 2 * dim): the default path (the
@@ -152,9 +163,9 @@ std::pair<double, double> time_differential(const Options& o, int64_t T, at::Sca
   const auto grad_out = at::randn({o.batch, 2, heads, T, 2 * o.dim}, opts);
   const auto default_step = [&] {
     const auto folded = [&](const at::Tensor& t) { return t.reshape({o.batch * 2, heads, T, o.dim}); };
-    auto [a, b] = coupling->forward(folded(q), folded(k));
-    a = cqk::apply_rope(a, 10000.0).reshape(q.sizes());
-    b = cqk::apply_rope(b, 10000.0).reshape(k.sizes());
+    auto [a, b] = coupled_and_rotated(coupling, folded(q), folded(k));
+    a = a.reshape(q.sizes());
+    b = b.reshape(k.sizes());
     std::vector<at::Tensor> maps;
     for (int64_t p = 0; p < 2; ++p)
       maps.push_back(at::scaled_dot_product_attention(a.select(1, p), b.select(1, p), v, /*attn_mask=*/{},
@@ -256,8 +267,8 @@ void run_bench(const Options& o) {
             cqk::fused_coupled_attention(*coupling, q, k, v, 10000.0).backward(grad_out);
             return;
           }
-          auto [a, b] = coupling->forward(q, k);
-          sdpa(cqk::apply_rope(a, 10000.0), cqk::apply_rope(b, 10000.0)).backward(grad_out);
+          const auto [a, b] = coupled_and_rotated(coupling, q, k);
+          sdpa(a, b).backward(grad_out);
         };
       };
       const bool flash_was_enabled = cqk::fused_attention_enabled();
