@@ -8,6 +8,9 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include <string>
+#include <vector>
+
 #include "cqk/attention.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_attention.h"
@@ -153,6 +156,41 @@ TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {
   }
 }
 
+// An affine-coupled cqk::Attention on the GPU, width 256, 4 heads of 64, with
+// small random weights everywhere.
+cqk::Attention random_attention(cqk::AttentionOptions options) {
+  options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
+  cqk::Attention attention(options);
+  attention->to(at::kCUDA);
+  at::NoGradGuard no_grad;
+  for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
+  return attention;
+}
+
+// The output, the input gradient and every parameter gradient of attention(x0)
+// under the upstream gradient `grad`.
+std::vector<at::Tensor> outputs_and_gradients(cqk::Attention& attention, const at::Tensor& x0, const at::Tensor& grad) {
+  for (auto& p : attention->parameters()) p.mutable_grad() = at::Tensor();
+  auto x = x0.detach().requires_grad_();
+  const auto y = attention->forward(x);
+  y.backward(grad);
+  std::vector<at::Tensor> result{y.detach(), x.grad()};
+  for (const auto& p : attention->parameters()) result.push_back(p.grad());
+  return result;
+}
+
+// Every tensor of `got` within `tolerance` of `want`, relative to the largest |want|.
+void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, double tolerance,
+                  const std::string& context) {
+  ASSERT_EQ(got.size(), want.size()) << context;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err =
+        ((got[i] - want[i]).abs().max() / want[i].abs().max().clamp_min(1e-30)).item<double>();
+    EXPECT_LT(err, tolerance) << context << ", tensor " << i
+                              << " (0: output, 1: input gradient, then parameter gradients)";
+  }
+}
+
 // The attention modules the flash path must serve: vanilla, and differential
 // with one coupling per head shared by its two pairs or one per pair.
 struct ModuleCase {
@@ -180,15 +218,9 @@ TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   CQK_REQUIRE_GPU();
   at::manual_seed(5);
   const bool differential = GetParam().kind == cqk::AttentionKind::Differential;
-  auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(GetParam().kind);
-  options.separate_pair_couplings(GetParam().separate_pairs);
-  options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
-  cqk::Attention attention(options);
-  attention->to(at::kCUDA);
-  {
-    at::NoGradGuard no_grad;
-    for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
-  }
+  cqk::Attention attention = random_attention(cqk::AttentionOptions(/*width=*/256, /*heads=*/4)
+                                                   .kind(GetParam().kind)
+                                                   .separate_pair_couplings(GetParam().separate_pairs));
   const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
   {
     // The module's q, k, v, as views of the projections laid out as the
@@ -210,18 +242,9 @@ TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   std::vector<at::Tensor> results[2];
   for (int flash = 0; flash < 2; ++flash) {
     const FusedAttentionSwitch path(flash == 1);
-    for (auto& p : attention->parameters()) p.mutable_grad() = at::Tensor();
-    auto x = x0.detach().requires_grad_();
-    const auto y = attention->forward(x);
-    y.backward(grad);
-    results[flash] = {y.detach(), x.grad()};
-    for (const auto& p : attention->parameters()) results[flash].push_back(p.grad());
+    results[flash] = outputs_and_gradients(attention, x0, grad);
   }
-  for (size_t i = 0; i < results[0].size(); ++i) {
-    const double err = ((results[1][i] - results[0][i]).abs().max() / results[0][i].abs().max().clamp_min(1e-30))
-                           .item<double>();
-    EXPECT_LT(err, 2e-4) << "tensor " << i << " (0: output, 1: input gradient, then parameter gradients)";
-  }
+  expect_close(results[1], results[0], 2e-4, "flash against the default path");
 }
 
 // With RoPE and nothing between it and the coupling (vanilla and differential
@@ -232,33 +255,17 @@ TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
   const FusedAttentionSwitch no_flash(false);
   for (auto kind : {cqk::AttentionKind::Vanilla, cqk::AttentionKind::Differential, cqk::AttentionKind::QKNorm}) {
     at::manual_seed(6);
-    auto options = cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true);
-    options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
-    cqk::Attention attention(options);
-    attention->to(at::kCUDA);
-    {
-      at::NoGradGuard no_grad;
-      for (auto& p : attention->parameters()) p.copy_(at::randn_like(p) * 0.05);
-    }
+    cqk::Attention attention =
+        random_attention(cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true));
     const auto x0 = at::randn({2, 97, 256}, at::kCUDA), grad = at::randn({2, 97, 256}, at::kCUDA);
     std::vector<at::Tensor> results[2];
     const bool was_enabled = cqk::fused_coupling_enabled();
     for (int fused = 0; fused < 2; ++fused) {
       cqk::set_fused_coupling_enabled(fused == 1);
-      for (auto& p : attention->parameters()) p.mutable_grad() = at::Tensor();
-      auto x = x0.detach().requires_grad_();
-      const auto y = attention->forward(x);
-      y.backward(grad);
-      results[fused] = {y.detach(), x.grad()};
-      for (const auto& p : attention->parameters()) results[fused].push_back(p.grad());
+      results[fused] = outputs_and_gradients(attention, x0, grad);
     }
     cqk::set_fused_coupling_enabled(was_enabled);
-    for (size_t i = 0; i < results[0].size(); ++i) {
-      const double err = ((results[1][i] - results[0][i]).abs().max() / results[0][i].abs().max().clamp_min(1e-30))
-                             .item<double>();
-      EXPECT_LT(err, 2e-4) << cqk::to_string(kind) << ", tensor " << i
-                           << " (0: output, 1: input gradient, then parameter gradients)";
-    }
+    expect_close(results[1], results[0], 2e-4, cqk::to_string(kind) + ", fused coupling against ATen");
   }
 }
 
