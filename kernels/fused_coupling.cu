@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     // `after` is the same for the whole block, so every lane reduces and shuffles.
     const int64_t o = dense<D>(work, b, h, t) + c0;
     if (after.norm.q) {
-      if (valid) {
+      if (valid && after.q_coupled) {  // kept for the backward (none when no gradient is wanted)
         store8(static_cast<T*>(after.q_coupled) + o, qv);
         store8(static_cast<T*>(after.k_coupled) + o, kv);
       }
@@ -159,7 +159,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Two blocks per multiprocessor where that costs only a few spilled registers
 // (hidden 8: 128 registers, ~50 bytes of spills; uncapped it takes ~146).
-template <int D, int R, class T>
+// QKNorm: the variant with QK-norm (after.norm set), a separate instantiation
+// because its per-lane weight-gradient sums cost registers the others need.
+template <int D, int R, class T, bool QKNorm>
 __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
     coupling_backward_kernel(const T* __restrict__ q_out, const T* __restrict__ k_out, const T* __restrict__ grad_q,
                              RowStrides gq_strides, const T* __restrict__ grad_k, RowStrides gk_strides,
@@ -177,16 +179,16 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   float* g2 = acc + steps * P;
   float* xs = g2 + G * 2 * D;
   float* hg = xs + G * D;
-  float* norm_acc = hg + G * 2 * R;  // [2][D]: the QK-norm weights' gradients, summed over the block
 
   const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
   pack_weights<D, R>(weights, params, group);
   for (int o = threadIdx.x; o < steps * P; o += blockDim.x) acc[o] = 0.0f;
-  for (int o = threadIdx.x; o < 2 * D; o += blockDim.x) norm_acc[o] = 0.0f;
   __syncthreads();
 
   const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
   const SmemViews<D, R> views{weights};
+  // QK-norm: the weights' gradients for this lane's channels, summed over its tokens.
+  float norm_grad_q[QKNorm ? kLaneChannels : 1] = {}, norm_grad_k[QKNorm ? kLaneChannels : 1] = {};
   const int64_t u_begin = chunk * work.tokens_per_block;
   const int64_t u_end =
       u_begin + work.tokens_per_block < work.group_tokens ? u_begin + work.tokens_per_block : work.group_tokens;
@@ -207,12 +209,12 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
       const ShuffleExchange<L> exchange;
       rope_lane<D>(gqv, t, c0, after.rope, /*transpose=*/true, exchange);
       rope_lane<D>(gkv, t, c0, after.rope, /*transpose=*/true, exchange);
-      if (!after.norm.q) {
+      if (!QKNorm) {
         rope_lane<D>(qv, t, c0, after.rope, /*transpose=*/true, exchange);
         rope_lane<D>(kv, t, c0, after.rope, /*transpose=*/true, exchange);
       }
     }
-    if (after.norm.q) {
+    if constexpr (QKNorm) {
       // The saved tensors are the coupling's outputs, the norm's inputs.
       float wq[kLaneChannels], wk[kLaneChannels];
       lane_rms_norm_backward<D>(qv, gqv, after.norm.q + c0, after.norm.eps, wq, ShuffleReduce<L>{});
@@ -220,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
       if (valid) {
 #pragma unroll
         for (int i = 0; i < kLaneChannels; ++i) {
-          atomicAdd(norm_acc + c0 + i, wq[i]);
-          atomicAdd(norm_acc + D + c0 + i, wk[i]);
+          norm_grad_q[i] += wq[i];
+          norm_grad_k[i] += wk[i];
         }
       }
     }
@@ -234,10 +236,19 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
     }
   }
   // The sink's last __syncthreads has made every accumulator final.
-  if (after.norm.q) {
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-      atomicAdd(norm_grads.q + c, norm_acc[c]);
-      atomicAdd(norm_grads.k + c, norm_acc[D + c]);
+  if constexpr (QKNorm) {
+    // That barrier also freed the staging rows: one row of 2D sums per slot,
+    // added up over the slots, then one atomic per channel and block.
+#pragma unroll
+    for (int i = 0; i < kLaneChannels; ++i) {
+      g2[slot * 2 * D + c0 + i] = norm_grad_q[i];
+      g2[slot * 2 * D + D + c0 + i] = norm_grad_k[i];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * D; c += blockDim.x) {
+      float sum = 0.0f;
+      for (int s = 0; s < G; ++s) sum += g2[s * 2 * D + c];
+      atomicAdd(c < D ? norm_grads.q + c : norm_grads.k + (c - D), sum);
     }
   }
   for (int s = 0; s < steps; ++s) {
@@ -342,8 +353,11 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
                     void* q_out, void* k_out, const CouplingShape& s, const AffineCouplingParams& params,
                     const AfterCoupling& after, void* stream) {
   validate(s, params, after);
-  if (after.norm.q) {
-    if (Inverse) throw std::invalid_argument("fused coupling: the inverse applies no QK-norm");
+  if (Inverse && (after.norm.q || after.rope.cos))
+    throw std::invalid_argument("fused coupling: the inverse applies no QK-norm or RoPE");
+  if ((after.q_coupled == nullptr) != (after.k_coupled == nullptr))
+    throw std::invalid_argument("fused coupling: q_coupled and k_coupled go together");
+  if (after.q_coupled) {
     require_rows_aligned(after.q_coupled, RowStrides::contiguous(s), type, "q_coupled");
     require_rows_aligned(after.k_coupled, RowStrides::contiguous(s), type, "k_coupled");
   }
@@ -380,8 +394,7 @@ bool fused_coupling_shape_supported(int64_t head_dim, int64_t hidden, int64_t st
 
 int64_t fused_coupling_backward_smem_bytes(int64_t head_dim, int64_t hidden, int64_t steps) {
   const int64_t staging = tokens_per_batch(head_dim) * (3 * head_dim + 2 * hidden);
-  const int64_t norm_sums = 2 * head_dim;
-  return (2 * steps * step_floats(head_dim, hidden) + staging + norm_sums) * static_cast<int64_t>(sizeof(float));
+  return (2 * steps * step_floats(head_dim, hidden) + staging) * static_cast<int64_t>(sizeof(float));
 }
 
 bool fused_coupling_supported(int64_t head_dim, int64_t hidden, int64_t steps) {
@@ -438,7 +451,7 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
   dispatch_compiled_shape(s, type, "fused coupling", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
-    auto kernel = coupling_backward_kernel<D, R, T>;
+    auto kernel = after.norm.q ? coupling_backward_kernel<D, R, T, true> : coupling_backward_kernel<D, R, T, false>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
     kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
                                          static_cast<const T*>(grad_q), grad_q_strides,

@@ -67,7 +67,7 @@ struct AfterCoupling {
   RopeTables rope;
   // With QK-norm, the forward also writes the coupling's own outputs here
   // (contiguous, q's dtype) and the backward rebuilds the inputs from them:
-  // the norm's scale cannot be undone.
+  // the norm's scale cannot be undone. Null: not kept (no backward to come).
   void* q_coupled = nullptr;
   void* k_coupled = nullptr;
 };

@@ -4,6 +4,7 @@
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
 #include "cqk/fused_coupling.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -89,6 +90,26 @@ kn::AffineCouplingParams make_params(const CouplingOptions& o, const std::vector
   return kernel_arguments::coupling_params(o, weights, device, kWho);
 }
 
+// What the forward applies after the coupling, for q's shape: RoPE tables for
+// rope_base, the QK-norm weights when qk_norm_eps is set (and then, with
+// keep_coupled, buffers for the coupling's own outputs, which the backward needs).
+fused::AfterCoupling after_coupling_for(const at::Tensor& q, std::optional<double> rope_base,
+                                        std::optional<double> qk_norm_eps, const at::Tensor& q_norm_weight,
+                                        const at::Tensor& k_norm_weight, bool keep_coupled) {
+  fused::AfterCoupling after;
+  if (rope_base) std::tie(after.rope_cos, after.rope_sin) = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
+  if (qk_norm_eps) {
+    after.q_norm_weight = q_norm_weight;
+    after.k_norm_weight = k_norm_weight;
+    after.norm_eps = *qk_norm_eps;
+    if (keep_coupled) {
+      after.q_coupled = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+      after.k_coupled = at::empty_like(after.q_coupled);
+    }
+  }
+  return after;
+}
+
 // Saves only the outputs (and the weights, which are parameters anyway, and
 // the RoPE tables); the backward kernel rebuilds the inputs from the outputs.
 // With QK-norm (qk_norm_eps set), the last two of `weights` are the norm's
@@ -102,15 +123,8 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
     const std::vector<at::Tensor> w(all.begin(), all.begin() + 4 * options.steps());
     auto q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
     auto k_out = at::empty(k.sizes(), k.options().memory_format(at::MemoryFormat::Contiguous));
-    fused::AfterCoupling after;
-    if (rope_base) std::tie(after.rope_cos, after.rope_sin) = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
-    if (qk_norm_eps) {
-      after.q_norm_weight = all[all.size() - 2];
-      after.k_norm_weight = all.back();
-      after.norm_eps = *qk_norm_eps;
-      after.q_coupled = at::empty_like(q_out);
-      after.k_coupled = at::empty_like(k_out);
-    }
+    const auto after = after_coupling_for(q, rope_base, qk_norm_eps, qk_norm_eps ? all[all.size() - 2] : at::Tensor(),
+                                          qk_norm_eps ? all.back() : at::Tensor(), /*keep_coupled=*/true);
     fused::affine_forward_out(options, w, q, k, q_out, k_out, /*inverse=*/false, after);
     std::vector<at::Tensor> saved = qk_norm_eps ? std::vector<at::Tensor>{after.q_coupled, after.k_coupled}
                                                 : std::vector<at::Tensor>{q_out, k_out};
@@ -172,10 +186,11 @@ void affine_forward_out(const CouplingOptions& options, const std::vector<at::Te
   check_inputs(options, q, k);
   check_dense_like(q_out, q, "q_out");
   check_dense_like(k_out, q, "k_out");
+  if (inverse && (after.rope_cos.defined() || after.q_norm_weight.defined() || after.q_coupled.defined()))
+    fail("the inverse takes no RoPE or QK-norm");
   const c10::cuda::CUDAGuard guard(q.device());
   const auto params = make_params(options, weights, q.device());
   const auto applied = kernel_arguments::after_coupling(after, q, /*forward=*/true, kWho);
-  if (inverse && (applied.rope.cos || applied.norm.q)) fail("the inverse takes no RoPE or QK-norm");
   const auto qr = kernel_readable(q), kr = kernel_readable(k);
   if (inverse) {
     kn::affine_coupling_inverse_cuda(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr),
@@ -245,6 +260,20 @@ std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& co
   if (qk_norm) {
     weights.insert(weights.end(), {qk_norm->q_weight, qk_norm->k_weight});
     qk_norm_eps = qk_norm->eps;
+  }
+  const bool backward_to_come =
+      at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
+                                     std::any_of(weights.begin(), weights.end(),
+                                                 [](const at::Tensor& w) { return w.requires_grad(); }));
+  if (qk_norm && !backward_to_come) {
+    // Inference: the kernel need not keep the coupling's own outputs for a backward.
+    auto q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+    auto k_out = at::empty_like(q_out);
+    const auto after =
+        after_coupling_for(q, rope_base, qk_norm_eps, qk_norm->q_weight, qk_norm->k_weight, /*keep_coupled=*/false);
+    weights.resize(weights.size() - 2);
+    fused::affine_forward_out(coupling.options(), weights, q, k, q_out, k_out, /*inverse=*/false, after);
+    return {q_out, k_out};
   }
   auto out = FusedAffineCoupling::apply(q, k, at::TensorList(weights), coupling.options(), rope_base, qk_norm_eps);
   return {out[0], out[1]};

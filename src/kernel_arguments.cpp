@@ -124,11 +124,11 @@ kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Te
                   "] tensors on the inputs' device, for both q and k");
   out.norm = {after.q_norm_weight.data_ptr<float>(), after.k_norm_weight.data_ptr<float>(),
               static_cast<float>(after.norm_eps)};
-  if (forward) {
+  if (forward && (after.q_coupled.defined() || after.k_coupled.defined())) {
     for (const auto* coupled : {&after.q_coupled, &after.k_coupled})
       if (!coupled->defined() || !coupled->is_contiguous() || coupled->sizes() != like.sizes() ||
           coupled->scalar_type() != like.scalar_type() || coupled->device() != like.device())
-        fail(who, "with QK-norm, q_coupled and k_coupled must be contiguous tensors of q's shape, dtype and device");
+        fail(who, "q_coupled and k_coupled must both be contiguous tensors of q's shape, dtype and device");
     out.q_coupled = after.q_coupled.data_ptr();
     out.k_coupled = after.k_coupled.data_ptr();
   }

@@ -52,8 +52,8 @@ kernels::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, in
 // fused::AfterCoupling as the coupling kernels take it, checked against the
 // coupling's [batch, heads, time, head_dim] input or output `like`: RoPE tables
 // as above, QK-norm weights of both q and k or neither ([head_dim] contiguous
-// float32 on like's device) and, for the forward, the coupled outputs
-// (contiguous, like's shape and dtype). std::invalid_argument "<who>: ..." otherwise.
+// float32 on like's device) and, for the forward, the coupled outputs if any
+// (both, contiguous, like's shape and dtype). std::invalid_argument "<who>: ..." otherwise.
 kernels::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
                                       const std::string& who);
 // The QK-norm weights' gradients of `after` (shaped like the weights), for the backward.

@@ -42,13 +42,18 @@ TEST(FusedCoupling, FreshInputsGiveTheSameAgreementAgain) {
   // A second draw: an error that moves between draws (a race, an unwritten
   // element that happened to hold the right value) shows up here.
   CQK_REQUIRE_GPU();
-  Case c;
-  c.time = 513;
-  for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    c.dtype = dtype;
-    for (uint64_t seed : {7u, 8u, 9u}) {
-      const auto result = cqk::fused_check::check_kernels(c, seed);
-      EXPECT_TRUE(result.ok) << c.name() << " seed " << seed << "\n" << result.report;
+  Case plain;
+  plain.time = 513;
+  Case normed = plain;  // QK-norm's weight-gradient sums and RoPE's shuffles too
+  normed.qk_norm = normed.rope = true;
+  normed.tokens_per_block = 64;
+  for (Case c : {plain, normed}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      c.dtype = dtype;
+      for (uint64_t seed : {7u, 8u, 9u}) {
+        const auto result = cqk::fused_check::check_kernels(c, seed);
+        EXPECT_TRUE(result.ok) << c.name() << " seed " << seed << "\n" << result.report;
+      }
     }
   }
 }
@@ -247,16 +252,31 @@ TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
   expect_close(results[1], results[0], 2e-4, "flash against the default path");
 }
 
-// With RoPE and nothing between it and the coupling (vanilla and differential
-// attention), the attention module runs both in the fused coupling kernel
-// (flash path off); it must give what the ATen coupling and RoPE give.
+// With the flash path off, cqk::Attention runs its coupling, QK-norm (qknorm
+// kind) and RoPE in the fused coupling kernel; it must give what the ATen
+// coupling, RMSNorm and RoPE give, with gradients and without (inference keeps
+// no coupled outputs).
 TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
   CQK_REQUIRE_GPU();
   const FusedAttentionSwitch no_flash(false);
-  for (auto kind : {cqk::AttentionKind::Vanilla, cqk::AttentionKind::Differential, cqk::AttentionKind::QKNorm}) {
+  const ModuleCase cases[] = {{cqk::AttentionKind::Vanilla, false},
+                              {cqk::AttentionKind::Differential, false},
+                              {cqk::AttentionKind::Differential, true},
+                              {cqk::AttentionKind::QKNorm, false},
+                              {cqk::AttentionKind::MultiToken, false}};
+  for (const auto& [kind, separate_pairs] : cases) {
     at::manual_seed(6);
-    cqk::Attention attention =
-        random_attention(cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true));
+    cqk::Attention attention = random_attention(
+        cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true).separate_pair_couplings(separate_pairs));
+    {
+      // The fused path must take the module's own head-split q and k (and norm weights).
+      const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
+      ASSERT_TRUE(coupling);
+      const auto qk = at::randn({2, 97, 4, 64}, at::kCUDA).transpose(1, 2);
+      ASSERT_TRUE(cqk::fused_affine_coupling_applies(*coupling, qk, qk)) << cqk::to_string(kind);
+      if (kind == cqk::AttentionKind::QKNorm)
+        ASSERT_TRUE(cqk::fused_qk_norm_applies(attention->q_norm->weight, attention->k_norm->weight, qk));
+    }
     const auto x0 = at::randn({2, 97, 256}, at::kCUDA), grad = at::randn({2, 97, 256}, at::kCUDA);
     std::vector<at::Tensor> results[2];
     const bool was_enabled = cqk::fused_coupling_enabled();
@@ -264,8 +284,14 @@ TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
       cqk::set_fused_coupling_enabled(fused == 1);
       results[fused] = outputs_and_gradients(attention, x0, grad);
     }
+    at::Tensor inference;
+    {
+      at::NoGradGuard no_grad;
+      inference = attention->forward(x0);
+    }
     cqk::set_fused_coupling_enabled(was_enabled);
     expect_close(results[1], results[0], 2e-4, cqk::to_string(kind) + ", fused coupling against ATen");
+    expect_close({inference}, {results[0][0]}, 2e-4, cqk::to_string(kind) + ", fused inference against ATen");
   }
 }
 

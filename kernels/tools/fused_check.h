@@ -126,6 +126,9 @@ inline std::vector<Case> standard_cases() {
     rotated_wide.rope = true;
     rotated_wide.tokens_per_block = 48;
     cases.push_back(rotated_wide);
+    Case rotated_shared = shared;  // RoPE with weights shared across heads, one token per row
+    rotated_shared.rope = true;
+    cases.push_back(rotated_shared);
     Case normed = rotated;  // coupling + QK-norm + RoPE: the QKNorm attention
     normed.qk_norm = true;
     cases.push_back(normed);
@@ -252,6 +255,7 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   auto [q_out_ref, k_out_ref] = reference->transform(q_ref, k_ref);  // plain autograd, never the fused path
   fused::AfterCoupling after;
   at::Tensor q_norm_ref, k_norm_ref;  // float64 copies of the norm weights, for their gradients
+  const auto q_coupled_ref = q_out_ref.detach(), k_coupled_ref = k_out_ref.detach();
   if (c.qk_norm) {
     after.q_norm_weight = 1.0 + 0.3 * at::randn({c.head_dim}, q.options().dtype(at::kFloat));
     after.k_norm_weight = 1.0 + 0.3 * at::randn({c.head_dim}, q.options().dtype(at::kFloat));
@@ -277,6 +281,10 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   fused::affine_forward_out(options, weights, q, k, q_out, k_out, /*inverse=*/false, after);
   compare(result, "forward q", q_out, q_out_ref, c.tolerance());
   compare(result, "forward k", k_out, k_out_ref, c.tolerance());
+  if (c.qk_norm) {  // the coupling's own outputs, kept for the backward
+    compare(result, "coupled q", after.q_coupled, q_coupled_ref, c.tolerance());
+    compare(result, "coupled k", after.k_coupled, k_coupled_ref, c.tolerance());
+  }
 
   if (!c.rope && !c.qk_norm) {
     // The inverse launcher rebuilds the inputs (in bf16 from rounded outputs: bf16 accuracy).
