@@ -11,6 +11,7 @@
 #include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
+#include "cpu_coupling.h"
 
 namespace cqk {
 
@@ -121,7 +122,8 @@ at::Tensor AttentionImpl::position(const at::Tensor& x) const {
 }
 
 std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor q, at::Tensor k) {
-  // On CUDA the fused coupling kernel applies QK-norm and RoPE as well.
+  // The coupling kernels apply what follows the coupling in the same pass: on
+  // CUDA QK-norm and RoPE, on the CPU RoPE.
   const bool qk_norm = options_.kind() == AttentionKind::QKNorm;
   if (fused_affine_coupling_applies(*coupling_, q, k) &&
       (!qk_norm || fused_qk_norm_applies(q_norm->weight, k_norm->weight, q))) {
@@ -129,6 +131,8 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor 
     if (qk_norm) norm = FusedQKNorm{q_norm->weight, k_norm->weight, q_norm->eps()};
     return fused_affine_coupling(*coupling_, q, k, rope_base_of(options_), norm);
   }
+  if (!qk_norm && cpu_affine_coupling_applies(*coupling_, q, k))
+    return cpu_affine_coupling(*coupling_, q, k, rope_base_of(options_));
   std::tie(q, k) = coupling_(q, k);
   if (options_.kind() == AttentionKind::QKNorm) {
     q = q_norm(q);

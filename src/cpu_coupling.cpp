@@ -3,11 +3,14 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "coupling_autograd.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/rope.h"
 #include "kernel_arguments.h"
 #include "simd/affine_coupling_cpu.h"
 
@@ -21,13 +24,18 @@ constexpr const char* kWho = "cpu coupling";
 struct CpuAffineCoupling : public torch::autograd::Function<CpuAffineCoupling> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                                                 const at::Tensor& k, const CouplingOptions& options,
-                                                at::TensorList weights) {
+                                                at::TensorList weights, std::optional<double> rope_base) {
     const std::vector<at::Tensor> w(weights.begin(), weights.end());
     auto q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
     auto k_out = at::empty_like(q_out);
+    std::pair<at::Tensor, at::Tensor> rope;
+    if (rope_base) rope = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
     cpu::affine_coupling_forward(args::shape_of(options, q), args::coupling_params(options, w, q.device(), kWho),
                                  q.data_ptr<float>(), k.data_ptr<float>(), args::row_strides(q),
-                                 q_out.data_ptr<float>(), k_out.data_ptr<float>());
+                                 q_out.data_ptr<float>(), k_out.data_ptr<float>(),
+                                 args::rope_tables(rope.first, rope.second, q.size(2), q.size(3), q.device(), kWho));
+    ctx->saved_data["rope"] = rope_base.has_value();
+    if (rope_base) ctx->saved_data["rope_cos"] = rope.first, ctx->saved_data["rope_sin"] = rope.second;
     save_coupling_options(ctx, options);
     std::vector<at::Tensor> saved{q_out, k_out};
     saved.insert(saved.end(), w.begin(), w.end());
@@ -46,13 +54,18 @@ struct CpuAffineCoupling : public torch::autograd::Function<CpuAffineCoupling> {
     auto grad_q = at::empty_like(q_out), grad_k = at::empty_like(k_out);
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w));
+    at::Tensor cos, sin;
+    if (ctx->saved_data["rope"].toBool())
+      cos = ctx->saved_data["rope_cos"].toTensor(), sin = ctx->saved_data["rope_sin"].toTensor();
     cpu::affine_coupling_backward(args::shape_of(options, q_out),
                                   args::coupling_params(options, weights, q_out.device(), kWho),
                                   q_out.data_ptr<float>(), k_out.data_ptr<float>(), grad_q_out.data_ptr<float>(),
                                   grad_k_out.data_ptr<float>(), grad_q.data_ptr<float>(), grad_k.data_ptr<float>(),
-                                  args::coupling_grads(weights, weight_grads, q_out.device(), kWho));
+                                  args::coupling_grads(weights, weight_grads, q_out.device(), kWho),
+                                  args::rope_tables(cos, sin, q_out.size(2), q_out.size(3), q_out.device(), kWho));
     torch::autograd::variable_list result{grad_q, grad_k, at::Tensor()};
     result.insert(result.end(), weight_grads.begin(), weight_grads.end());
+    result.emplace_back();  // rope_base
     return result;
   }
 };
@@ -73,9 +86,9 @@ bool cpu_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tenso
 }
 
 std::pair<at::Tensor, at::Tensor> cpu_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
-                                                      const at::Tensor& k) {
+                                                      const at::Tensor& k, std::optional<double> rope_base) {
   const auto weights = fused::affine_weights(coupling);
-  auto outputs = CpuAffineCoupling::apply(q, k, coupling.options(), at::TensorList(weights));
+  auto outputs = CpuAffineCoupling::apply(q, k, coupling.options(), at::TensorList(weights), rope_base);
   return {outputs[0], outputs[1]};
 }
 

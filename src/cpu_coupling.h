@@ -5,6 +5,7 @@
 // fallback and the reference (CQK_FUSED_COUPLING=0 forces it). Internal to the library.
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <utility>
 
 namespace cqk {
@@ -19,8 +20,11 @@ bool cpu_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tenso
 
 // The coupling of (q, k), differentiable with respect to q, k and the
 // coupling's weights; like RecomputeFromInverse it keeps only its outputs.
-// Outputs are contiguous [batch, heads, time, head_dim].
+// Outputs are contiguous [batch, heads, time, head_dim]; with rope_base they
+// are also rotated by RoPE (apply_rope's rotation, positions 0 .. time-1),
+// in the same pass, and the backward rotates back what it reads.
 std::pair<at::Tensor, at::Tensor> cpu_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
-                                                      const at::Tensor& k);
+                                                      const at::Tensor& k,
+                                                      std::optional<double> rope_base = std::nullopt);
 
 }  // namespace cqk

@@ -11,6 +11,7 @@
 #include "cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
+#include "cqk/rope.h"
 #include "kernel_arguments.h"
 #include "simd/simd_variants.h"
 #include "tensor_compare.h"
@@ -39,15 +40,24 @@ struct Case {
   int64_t batch, heads, time, dim, hidden, steps;
   bool shared, strided;
   double weight_scale = 0.3;  // larger maps get smaller weights, or float32 rounding grows past the bound
+  bool rope = false;          // the kernel also applies RoPE; the references run apply_rope after the coupling
 };
 
+constexpr double kRopeBase = 10000.0;
+
 // Outputs and gradients (q, k, then every parameter) of the coupling on (q, k)
-// with the upstream gradients (gq, gk).
+// with the upstream gradients (gq, gk), followed by RoPE when `rope`: in one
+// kernel call where the CPU kernel applies, else as the ATen coupling and apply_rope.
 std::vector<at::Tensor> outputs_and_gradients(QKCoupling& coupling, const at::Tensor& q, const at::Tensor& k,
-                                              const at::Tensor& gq, const at::Tensor& gk) {
+                                              const at::Tensor& gq, const at::Tensor& gk, bool rope = false) {
   for (auto& p : coupling->parameters()) p.mutable_grad() = at::Tensor();
   auto qi = q.detach().clone().requires_grad_(true), ki = k.detach().clone().requires_grad_(true);
-  const auto [q_out, k_out] = coupling->forward(qi, ki);
+  const auto [q_out, k_out] = [&]() -> std::pair<at::Tensor, at::Tensor> {
+    if (!rope) return coupling->forward(qi, ki);
+    if (cqk::cpu_affine_coupling_applies(*coupling, qi, ki)) return cqk::cpu_affine_coupling(*coupling, qi, ki, kRopeBase);
+    const auto [a, b] = coupling->forward(qi, ki);
+    return {cqk::apply_rope(a, kRopeBase), cqk::apply_rope(b, kRopeBase)};
+  }();
   torch::autograd::backward({q_out, k_out}, {gq, gk});
   std::vector<at::Tensor> result{q_out.detach(), k_out.detach(), qi.grad(), ki.grad()};
   for (const auto& p : coupling->parameters()) result.push_back(p.grad());
@@ -79,13 +89,13 @@ void check_against_float64(const Case& c, uint64_t seed) {
   const auto gq = at::randn({c.batch, c.heads, c.time, c.dim}), gk = at::randn_like(gq);
   ASSERT_TRUE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
 
-  const auto got = outputs_and_gradients(coupling, q, k, gq, gk);
+  const auto got = outputs_and_gradients(coupling, q, k, gq, gk, c.rope);
   const auto want = outputs_and_gradients(reference, q.to(at::kDouble), k.to(at::kDouble), gq.to(at::kDouble),
-                                          gk.to(at::kDouble));
+                                          gk.to(at::kDouble), c.rope);
   // The ATen path in float32 sets the scale of float32 rounding for this map
   // (random weights with several steps amplify it well above 1e-6).
   cqk::set_fused_coupling_enabled(false);
-  const auto aten = outputs_and_gradients(coupling, q, k, gq, gk);
+  const auto aten = outputs_and_gradients(coupling, q, k, gq, gk, c.rope);
   cqk::set_fused_coupling_enabled(true);
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(at::allclose(want[1], k.to(at::kDouble))) << "the randomised map must not be the identity";
@@ -95,8 +105,8 @@ void check_against_float64(const Case& c, uint64_t seed) {
     const double aten_error = max_relative_error(aten[i], want[i]);
     EXPECT_LT(max_relative_error(got[i], want[i]), std::max(2e-5, 4 * aten_error))
         << (i < 4 ? names[i] : "weight gradient " + std::to_string(i - 4)) << ", case d=" << c.dim
-        << " r=" << c.hidden << " steps=" << c.steps << (c.shared ? " shared" : "") << "; ATen float32 error "
-        << aten_error;
+            << " r=" << c.hidden << " steps=" << c.steps << (c.shared ? " shared" : "") << (c.rope ? " rope" : "")
+        << "; ATen float32 error " << aten_error;
   }
 }
 
@@ -112,6 +122,9 @@ TEST(CpuCoupling, MatchesTheFloat64AtenPathOnFreshRandomInputs) {
       {1, 1, 1, 8, 16, 1, false, false},
       // Rows of several chunks (64 or 32 tokens) and a partial one.
       {2, 3, 150, 32, 8, 2, false, true},
+      // Coupling and RoPE in one kernel call, as the attention calls it.
+      {2, 3, 150, 32, 8, 2, false, true, 0.3, /*rope=*/true},
+      {1, 4, 9, 64, 16, 3, true, false, 0.15, /*rope=*/true},
   };
   // Large inputs: pre-activations of -100 and less, where exp(-a) overflows float32.
   {
@@ -173,7 +186,8 @@ TEST(CpuCoupling, OtherInputsAndTheSwitchTakeTheAtenPath) {
 }
 
 // On an AVX-512 machine both compiled copies run here: the AVX2 copy must give
-// the AVX-512 copy's results (the float64 test above checks the one dispatched).
+// the AVX-512 copy's results (the float64 test above checks the one dispatched),
+// with RoPE after the coupling and without.
 TEST(CpuCoupling, TheAvx2AndAvx512CopiesAgree) {
   if (std::string(cqk::cpu::simd_variant()) != "avx512") GTEST_SKIP() << "this CPU has no AVX-512";
   at::manual_seed(12);
@@ -187,23 +201,29 @@ TEST(CpuCoupling, TheAvx2AndAvx512CopiesAgree) {
   const auto shape = args::shape_of(coupling->options(), q);
   using Forward = decltype(&cqk::cpu::avx2::forward);
   using Backward = decltype(&cqk::cpu::avx2::backward);
+  const auto [cos, sin] = cqk::rope_tables(T, D, kRopeBase, at::kCPU);
+  cqk::kernels::RopeTables rope;
   const auto run = [&](Forward forward, Backward backward) {
     auto q_out = at::empty_like(q), k_out = at::empty_like(q), dq = at::empty_like(q), dk = at::empty_like(q);
     std::vector<at::Tensor> grads;
     for (const auto& w : weights) grads.push_back(at::zeros_like(w));
     forward(shape, params, q.data_ptr<float>(), k.data_ptr<float>(), args::row_strides(q), q_out.data_ptr<float>(),
-            k_out.data_ptr<float>());
+            k_out.data_ptr<float>(), rope);
     backward(shape, params, q_out.data_ptr<float>(), k_out.data_ptr<float>(), gq.data_ptr<float>(),
              gk.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
-             args::coupling_grads(weights, grads, at::kCPU, "test"));
+             args::coupling_grads(weights, grads, at::kCPU, "test"), rope);
     std::vector<at::Tensor> all{q_out, k_out, dq, dk};
     all.insert(all.end(), grads.begin(), grads.end());
     return all;
   };
-  const auto narrow = run(cqk::cpu::avx2::forward, cqk::cpu::avx2::backward);
-  const auto wide = run(cqk::cpu::avx512::forward, cqk::cpu::avx512::backward);
-  for (size_t i = 0; i < narrow.size(); ++i)
-    EXPECT_LT(max_relative_error(narrow[i], wide[i].to(at::kDouble)), 1e-5) << i;
+  for (bool with_rope : {false, true}) {
+    rope = with_rope ? cqk::kernels::RopeTables{cos.data_ptr<float>(), sin.data_ptr<float>()}
+                     : cqk::kernels::RopeTables{};
+    const auto narrow = run(cqk::cpu::avx2::forward, cqk::cpu::avx2::backward);
+    const auto wide = run(cqk::cpu::avx512::forward, cqk::cpu::avx512::backward);
+    for (size_t i = 0; i < narrow.size(); ++i)
+      EXPECT_LT(max_relative_error(narrow[i], wide[i].to(at::kDouble)), 1e-5) << i << (with_rope ? " rope" : "");
+  }
 }
 
 // The kernel's OpenMP and torch's are one runtime (one thread pool, one

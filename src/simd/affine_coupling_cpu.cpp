@@ -200,6 +200,53 @@ void zero_lanes_past(int64_t tokens, int64_t rows, float* block) {
     for (int64_t t = tokens; t < kChunk; ++t) block[c * kChunk + t] = 0.0f;
 }
 
+// RoPE's cos and sin per channel pair c < D/2 and token position, channel-major
+// and padded to whole chunks ([D/2][chunks_per_row * kChunk], zero past the
+// row), from the launchers' [time][D/2] tables: a chunk's positions for one
+// pair are then a vector load, as its channels are.
+class ChunkRopeTables {
+ public:
+  ChunkRopeTables(const Problem& s, const kernels::RopeTables& rope)
+      : on_(rope.cos != nullptr),
+        half_(s.head_dim / 2),
+        stride_(s.chunks_per_row * kChunk),
+        buffer_(on_ ? 2 * half_ * stride_ : 1) {
+    if (!on_) return;
+    float* cos = buffer_.get();
+    float* sin = cos + half_ * stride_;
+    for (int64_t t = 0; t < s.time; ++t)
+      for (int64_t c = 0; c < half_; ++c) {
+        cos[c * stride_ + t] = rope.cos[t * half_ + c];
+        sin[c * stride_ + t] = rope.sin[t * half_ + c];
+      }
+  }
+  bool on() const { return on_; }
+
+  // Rotates a chunk's channel-major block x ([D][kChunk]) whose first token is
+  // at position `first` (rotate-half: channel c with c + D/2); with
+  // `transpose`, rotates it back.
+  void rotate(float* x, int64_t first, bool transpose) const {
+    const float* cos = buffer_.get() + first;
+    const float* sin = cos + half_ * stride_;
+    for (int64_t c = 0; c < half_; ++c) {
+      float* lo = x + c * kChunk;
+      float* hi = x + (c + half_) * kChunk;
+      for (int v = 0; v < kChunk; v += kSlice) {
+        const Vector cs = load(cos + c * stride_ + v);
+        const Vector sn = transpose ? -load(sin + c * stride_ + v) : load(sin + c * stride_ + v);
+        const Vector a = load(lo + v), b = load(hi + v);
+        store(lo + v, a * cs - b * sn);
+        store(hi + v, b * cs + a * sn);
+      }
+    }
+  }
+
+ private:
+  bool on_;
+  int64_t half_, stride_;
+  Buffer buffer_;
+};
+
 // One step's weights for one group, in the parameters' layout.
 struct GroupWeights {
   const float* w1;  // [R, D]
@@ -384,7 +431,7 @@ void backward_step(const GroupWeights& w, const LaneSums& sums, int64_t D, float
 
 template <int R>
 void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q, const float* k,
-                 const kernels::RowStrides& strides, float* q_out, float* k_out) {
+                 const kernels::RowStrides& strides, float* q_out, float* k_out, const ChunkRopeTables& rope) {
   const int64_t D = s.head_dim, items = s.heads * s.batch * s.chunks_per_row;
 #pragma omp parallel
   {
@@ -400,6 +447,10 @@ void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, 
         conditioner<R>(weights_at(s, params, i, group_of(s, c)), D, even ? ch.q : ch.k, ch);
         update(ch, D, s.clamp, even ? ch.k : ch.q);
       }
+      if (rope.on()) {
+        rope.rotate(ch.q, c.first_token, /*transpose=*/false);
+        rope.rotate(ch.k, c.first_token, /*transpose=*/false);
+      }
       const int64_t out = ((c.batch * s.heads + c.head) * s.time + c.first_token) * D;
       store_chunk(ch.q, c.tokens, D, q_out + out);
       store_chunk(ch.k, c.tokens, D, k_out + out);
@@ -410,7 +461,7 @@ void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, 
 template <int R>
 void backward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q_out,
                   const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q,
-                  float* grad_k, const kernels::AffineCouplingGrads& grads) {
+                  float* grad_k, const kernels::AffineCouplingGrads& grads, const ChunkRopeTables& rope) {
   const int64_t D = s.head_dim, items = s.heads * s.batch * s.chunks_per_row;
 #pragma omp parallel
   {
@@ -429,6 +480,10 @@ void backward_all(const Problem& s, const kernels::AffineCouplingParams& params,
       load_chunk(k_out + rows, D, c.tokens, D, ch.k);
       load_chunk(grad_q_out + rows, D, c.tokens, D, ch.grad_q);
       load_chunk(grad_k_out + rows, D, c.tokens, D, ch.grad_k);
+      if (rope.on()) {  // RoPE came last: its transpose first, on the outputs and their gradients
+        float* blocks[] = {ch.q, ch.k, ch.grad_q, ch.grad_k};
+        for (float* block : blocks) rope.rotate(block, c.first_token, /*transpose=*/true);
+      }
       // Lanes past the chunk's tokens carry zero gradients, so they add nothing to the sums.
       zero_lanes_past(c.tokens, D, ch.grad_q);
       zero_lanes_past(c.tokens, D, ch.grad_k);
@@ -447,18 +502,21 @@ void backward_all(const Problem& s, const kernels::AffineCouplingParams& params,
 }  // namespace
 
 void forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q,
-             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out) {
+             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out,
+             const kernels::RopeTables& rope) {
   const Problem s = problem_of(shape, params);
-  if (s.hidden == 8) forward_all<8>(s, params, q, k, strides, q_out, k_out);
-  else forward_all<16>(s, params, q, k, strides, q_out, k_out);
+  const ChunkRopeTables tables(s, rope);
+  if (s.hidden == 8) forward_all<8>(s, params, q, k, strides, q_out, k_out, tables);
+  else forward_all<16>(s, params, q, k, strides, q_out, k_out, tables);
 }
 
 void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q_out,
               const float* k_out, const float* grad_q_out, const float* grad_k_out, float* grad_q, float* grad_k,
-              const kernels::AffineCouplingGrads& grads) {
+              const kernels::AffineCouplingGrads& grads, const kernels::RopeTables& rope) {
   const Problem s = problem_of(shape, params);
-  if (s.hidden == 8) backward_all<8>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
-  else backward_all<16>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
+  const ChunkRopeTables tables(s, rope);
+  if (s.hidden == 8) backward_all<8>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads, tables);
+  else backward_all<16>(s, params, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads, tables);
 }
 
 }  // namespace cqk::cpu::CQK_SIMD_VARIANT

@@ -21,17 +21,19 @@ namespace cqk::cpu {
 bool affine_coupling_supported(const kernels::CouplingShape& shape, int64_t steps, float clamp);
 
 // q, k: [batch, heads, time, D] float32 with `strides`; q_out, k_out: the same,
-// contiguous. Uses the OpenMP threads torch is set to (the same runtime; see
-// docs/ARCHITECTURE.md).
+// contiguous, rotated by RoPE after the coupling when `rope` has tables (the
+// CUDA kernels' [time, D/2] tables, positions 0 .. time-1). Uses the OpenMP
+// threads torch is set to (the same runtime; see docs/ARCHITECTURE.md).
 void affine_coupling_forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,
                              const float* q, const float* k, const kernels::RowStrides& strides, float* q_out,
-                             float* k_out);
+                             float* k_out, const kernels::RopeTables& rope = {});
 
 // From the outputs and their gradients (all contiguous): the inputs' gradients
-// (written, contiguous) and the weights' gradients (ADDED to).
+// (written, contiguous) and the weights' gradients (ADDED to). With the
+// forward's `rope`, outputs and gradients are rotated back first.
 void affine_coupling_backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,
                               const float* q_out, const float* k_out, const float* grad_q_out,
                               const float* grad_k_out, float* grad_q, float* grad_k,
-                              const kernels::AffineCouplingGrads& grads);
+                              const kernels::AffineCouplingGrads& grads, const kernels::RopeTables& rope = {});
 
 }  // namespace cqk::cpu

@@ -47,22 +47,23 @@ bool affine_coupling_supported(const kernels::CouplingShape& s, int64_t steps, f
 }
 
 void affine_coupling_forward(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p, const float* q,
-                             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out) {
+                             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out,
+                             const kernels::RopeTables& rope) {
 #if defined(__x86_64__)  // elsewhere no copy is compiled, and affine_coupling_supported() is false
-  if (variant() == Variant::Avx512) avx512::forward(s, p, q, k, strides, q_out, k_out);
-  else avx2::forward(s, p, q, k, strides, q_out, k_out);
+  if (variant() == Variant::Avx512) avx512::forward(s, p, q, k, strides, q_out, k_out, rope);
+  else avx2::forward(s, p, q, k, strides, q_out, k_out, rope);
 #endif
 }
 
 void affine_coupling_backward(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p,
                               const float* q_out, const float* k_out, const float* grad_q_out,
                               const float* grad_k_out, float* grad_q, float* grad_k,
-                              const kernels::AffineCouplingGrads& grads) {
+                              const kernels::AffineCouplingGrads& grads, const kernels::RopeTables& rope) {
 #if defined(__x86_64__)
   if (variant() == Variant::Avx512)
-    avx512::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
+    avx512::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads, rope);
   else
-    avx2::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads);
+    avx2::backward(s, p, q_out, k_out, grad_q_out, grad_k_out, grad_q, grad_k, grads, rope);
 #endif
 }
 
