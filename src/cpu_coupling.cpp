@@ -31,8 +31,8 @@ struct CpuAffineCoupling : public torch::autograd::Function<CpuAffineCoupling> {
     std::pair<at::Tensor, at::Tensor> rope;
     if (rope_base) rope = rope_tables(q.size(2), q.size(3), *rope_base, q.device());
     cpu::affine_coupling_forward(args::shape_of(options, q), args::coupling_params(options, w, q.device(), kWho),
-                                 q.data_ptr<float>(), k.data_ptr<float>(), args::row_strides(q),
-                                 q_out.data_ptr<float>(), k_out.data_ptr<float>(),
+                                 q.data_ptr<float>(), args::row_strides(q), k.data_ptr<float>(),
+                                 args::row_strides(k), q_out.data_ptr<float>(), k_out.data_ptr<float>(),
                                  args::rope_tables(rope.first, rope.second, q.size(2), q.size(3), q.device(), kWho));
     ctx->saved_data["rope"] = rope_base.has_value();
     if (rope_base) ctx->saved_data["rope_cos"] = rope.first, ctx->saved_data["rope_sin"] = rope.second;
@@ -77,7 +77,7 @@ bool cpu_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tenso
   if (!fused_coupling_enabled() || options.kind() != CouplingKind::Affine || !options.recompute_from_inverse())
     return false;
   if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || !k.device().is_cpu() ||
-      k.scalar_type() != at::kFloat || q.sizes() != k.sizes() || q.strides() != k.strides() || q.stride(3) != 1)
+      k.scalar_type() != at::kFloat || q.sizes() != k.sizes() || q.stride(3) != 1 || k.stride(3) != 1)
     return false;
   for (const auto& w : coupling.parameters())
     if (!w.device().is_cpu() || w.scalar_type() != at::kFloat || !w.is_contiguous()) return false;

@@ -41,6 +41,7 @@ struct Case {
   bool shared, strided;
   double weight_scale = 0.3;  // larger maps get smaller weights, or float32 rounding grows past the bound
   bool rope = false;          // the kernel also applies RoPE; the references run apply_rope after the coupling
+  bool k_dense = false;       // k contiguous while q is strided (grouped-query attention expands k)
 };
 
 constexpr double kRopeBase = 10000.0;
@@ -81,11 +82,11 @@ void check_against_float64(const Case& c, uint64_t seed) {
   }
   reference->to(at::kDouble);
   // A strided input: the [batch, time, heads, dim] layout of a projection, viewed per head.
-  const auto make = [&] {
-    return c.strided ? at::randn({c.batch, c.time, c.heads, c.dim}).transpose(1, 2)
-                     : at::randn({c.batch, c.heads, c.time, c.dim});
+  const auto make = [&](bool strided) {
+    return strided ? at::randn({c.batch, c.time, c.heads, c.dim}).transpose(1, 2)
+                   : at::randn({c.batch, c.heads, c.time, c.dim});
   };
-  const auto q = make(), k = make();
+  const auto q = make(c.strided), k = make(c.strided && !c.k_dense);
   const auto gq = at::randn({c.batch, c.heads, c.time, c.dim}), gk = at::randn_like(gq);
   ASSERT_TRUE(cqk::cpu_affine_coupling_applies(*coupling, q, k));
 
@@ -125,6 +126,8 @@ TEST(CpuCoupling, MatchesTheFloat64AtenPathOnFreshRandomInputs) {
       // Coupling and RoPE in one kernel call, as the attention calls it.
       {2, 3, 150, 32, 8, 2, false, true, 0.3, /*rope=*/true},
       {1, 4, 9, 64, 16, 3, true, false, 0.15, /*rope=*/true},
+      // q strided from its projection, k contiguous (each read with its own strides).
+      {2, 3, 40, 64, 8, 2, false, true, 0.3, /*rope=*/false, /*k_dense=*/true},
   };
   // Large inputs: pre-activations of -100 and less, where exp(-a) overflows float32.
   {
@@ -174,7 +177,10 @@ TEST(CpuCoupling, OtherInputsAndTheSwitchTakeTheAtenPath) {
   QKCoupling coupling(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8));
   const auto q = at::randn({1, 2, 4, 64}), k = at::randn_like(q);
   EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q.to(at::kDouble), k.to(at::kDouble)));
-  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q, k.transpose(1, 2).contiguous().transpose(1, 2)));
+  // Channels must be contiguous (the rows may have any other strides, each tensor its own).
+  EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*coupling, q, k.transpose(2, 3).contiguous().transpose(2, 3)));
+  EXPECT_EQ(cqk::cpu_affine_coupling_applies(*coupling, q, k.transpose(1, 2).contiguous().transpose(1, 2)),
+            kernel_runs_here());
   QKCoupling hidden4(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(4));
   EXPECT_FALSE(cqk::cpu_affine_coupling_applies(*hidden4, q, k));
   QKCoupling saving(CouplingOptions(CouplingKind::Affine, 2, 64).hidden(8).recompute_from_inverse(false));
@@ -207,8 +213,8 @@ TEST(CpuCoupling, TheAvx2AndAvx512CopiesAgree) {
     auto q_out = at::empty_like(q), k_out = at::empty_like(q), dq = at::empty_like(q), dk = at::empty_like(q);
     std::vector<at::Tensor> grads;
     for (const auto& w : weights) grads.push_back(at::zeros_like(w));
-    forward(shape, params, q.data_ptr<float>(), k.data_ptr<float>(), args::row_strides(q), q_out.data_ptr<float>(),
-            k_out.data_ptr<float>(), rope);
+    forward(shape, params, q.data_ptr<float>(), args::row_strides(q), k.data_ptr<float>(), args::row_strides(k),
+            q_out.data_ptr<float>(), k_out.data_ptr<float>(), rope);
     backward(shape, params, q_out.data_ptr<float>(), k_out.data_ptr<float>(), gq.data_ptr<float>(),
              gk.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
              args::coupling_grads(weights, grads, at::kCPU, "test"), rope);

@@ -429,9 +429,15 @@ void backward_step(const GroupWeights& w, const LaneSums& sums, int64_t D, float
     }
 }
 
+// The first row of chunk c in a tensor with these row strides.
+int64_t chunk_row(const Chunk& c, const kernels::RowStrides& strides) {
+  return c.batch * strides.batch + c.head * strides.head + c.first_token * strides.time;
+}
+
 template <int R>
-void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q, const float* k,
-                 const kernels::RowStrides& strides, float* q_out, float* k_out, const ChunkRopeTables& rope) {
+void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, const float* q,
+                 const kernels::RowStrides& q_strides, const float* k, const kernels::RowStrides& k_strides,
+                 float* q_out, float* k_out, const ChunkRopeTables& rope) {
   const int64_t D = s.head_dim, items = s.heads * s.batch * s.chunks_per_row;
 #pragma omp parallel
   {
@@ -439,9 +445,8 @@ void forward_all(const Problem& s, const kernels::AffineCouplingParams& params, 
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const Chunk c = chunk_at(s, item);
-      const int64_t in = c.batch * strides.batch + c.head * strides.head + c.first_token * strides.time;
-      load_chunk(q + in, strides.time, c.tokens, D, ch.q);
-      load_chunk(k + in, strides.time, c.tokens, D, ch.k);
+      load_chunk(q + chunk_row(c, q_strides), q_strides.time, c.tokens, D, ch.q);
+      load_chunk(k + chunk_row(c, k_strides), k_strides.time, c.tokens, D, ch.k);
       for (int64_t i = 0; i < s.steps; ++i) {
         const bool even = i % 2 == 0;  // even steps update k from q
         conditioner<R>(weights_at(s, params, i, group_of(s, c)), D, even ? ch.q : ch.k, ch);
@@ -502,12 +507,12 @@ void backward_all(const Problem& s, const kernels::AffineCouplingParams& params,
 }  // namespace
 
 void forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q,
-             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out,
-             const kernels::RopeTables& rope) {
+             const kernels::RowStrides& q_strides, const float* k, const kernels::RowStrides& k_strides,
+             float* q_out, float* k_out, const kernels::RopeTables& rope) {
   const Problem s = problem_of(shape, params);
   const ChunkRopeTables tables(s, rope);
-  if (s.hidden == 8) forward_all<8>(s, params, q, k, strides, q_out, k_out, tables);
-  else forward_all<16>(s, params, q, k, strides, q_out, k_out, tables);
+  if (s.hidden == 8) forward_all<8>(s, params, q, q_strides, k, k_strides, q_out, k_out, tables);
+  else forward_all<16>(s, params, q, q_strides, k, k_strides, q_out, k_out, tables);
 }
 
 void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q_out,

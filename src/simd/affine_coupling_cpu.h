@@ -20,13 +20,14 @@ namespace cqk::cpu {
 // hidden 8 or 16, 1 to AffineCouplingParams::kMaxSteps steps, clamp in (0, 80].
 bool affine_coupling_supported(const kernels::CouplingShape& shape, int64_t steps, float clamp);
 
-// q, k: [batch, heads, time, D] float32 with `strides`; q_out, k_out: the same,
-// contiguous, rotated by RoPE after the coupling when `rope` has tables (the
+// q, k: [batch, heads, time, D] float32 with their row strides; q_out, k_out:
+// the same, contiguous, rotated by RoPE after the coupling when `rope` has tables (the
 // CUDA kernels' [time, D/2] tables, positions 0 .. time-1). Uses the OpenMP
 // threads torch is set to (the same runtime; see docs/ARCHITECTURE.md).
 void affine_coupling_forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,
-                             const float* q, const float* k, const kernels::RowStrides& strides, float* q_out,
-                             float* k_out, const kernels::RopeTables& rope = {});
+                             const float* q, const kernels::RowStrides& q_strides, const float* k,
+                             const kernels::RowStrides& k_strides, float* q_out, float* k_out,
+                             const kernels::RopeTables& rope = {});
 
 // From the outputs and their gradients (all contiguous): the inputs' gradients
 // (written, contiguous) and the weights' gradients (ADDED to). With the

@@ -47,11 +47,12 @@ bool affine_coupling_supported(const kernels::CouplingShape& s, int64_t steps, f
 }
 
 void affine_coupling_forward(const kernels::CouplingShape& s, const kernels::AffineCouplingParams& p, const float* q,
-                             const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out,
+                             const kernels::RowStrides& q_strides, const float* k,
+                             const kernels::RowStrides& k_strides, float* q_out, float* k_out,
                              const kernels::RopeTables& rope) {
 #if defined(__x86_64__)  // elsewhere no copy is compiled, and affine_coupling_supported() is false
-  if (variant() == Variant::Avx512) avx512::forward(s, p, q, k, strides, q_out, k_out, rope);
-  else avx2::forward(s, p, q, k, strides, q_out, k_out, rope);
+  if (variant() == Variant::Avx512) avx512::forward(s, p, q, q_strides, k, k_strides, q_out, k_out, rope);
+  else avx2::forward(s, p, q, q_strides, k, k_strides, q_out, k_out, rope);
 #endif
 }
 

@@ -16,8 +16,8 @@ constexpr float kMaxExponent = 80.0f;
 #define CQK_DECLARE_SIMD_VARIANT(name)                                                                          \
   namespace name {                                                                                             \
   void forward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params, const float* q, \
-               const float* k, const kernels::RowStrides& strides, float* q_out, float* k_out,                 \
-               const kernels::RopeTables& rope);                                                               \
+               const kernels::RowStrides& q_strides, const float* k, const kernels::RowStrides& k_strides,     \
+               float* q_out, float* k_out, const kernels::RopeTables& rope);                                   \
   void backward(const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& params,              \
                 const float* q_out, const float* k_out, const float* grad_q_out, const float* grad_k_out,      \
                 float* grad_q, float* grad_k, const kernels::AffineCouplingGrads& grads,                       \
