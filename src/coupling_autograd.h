@@ -1,8 +1,11 @@
 #pragma once
-// The affine coupling's options through an autograd context: the fused
-// autograd functions (the CUDA coupling and the CUDA flash attention) save
-// them in the forward and rebuild them in the backward. Internal to the library.
+// The affine coupling's options and RoPE tables through an autograd context:
+// the fused autograd functions (the CUDA and CPU coupling, the CUDA flash
+// attention) save them in the forward and rebuild them in the backward.
+// Internal to the library.
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <utility>
 
 #include "cqk/coupling.h"
 
@@ -23,6 +26,17 @@ inline CouplingOptions saved_coupling_options(torch::autograd::AutogradContext* 
       .steps(ctx->saved_data["steps"].toInt())
       .clamp(ctx->saved_data["clamp"].toDouble())
       .shared_across_heads(ctx->saved_data["shared"].toBool());
+}
+
+// RoPE's (cos, sin) tables, or undefined tensors for none.
+inline void save_rope_tables(torch::autograd::AutogradContext* ctx, const at::Tensor& cos, const at::Tensor& sin) {
+  ctx->saved_data["rope"] = cos.defined();
+  if (cos.defined()) ctx->saved_data["rope_cos"] = cos, ctx->saved_data["rope_sin"] = sin;
+}
+
+inline std::pair<at::Tensor, at::Tensor> saved_rope_tables(torch::autograd::AutogradContext* ctx) {
+  if (!ctx->saved_data["rope"].toBool()) return {};
+  return {ctx->saved_data["rope_cos"].toTensor(), ctx->saved_data["rope_sin"].toTensor()};
 }
 
 }  // namespace cqk

@@ -34,8 +34,7 @@ struct CpuAffineCoupling : public torch::autograd::Function<CpuAffineCoupling> {
                                  q.data_ptr<float>(), args::row_strides(q), k.data_ptr<float>(),
                                  args::row_strides(k), q_out.data_ptr<float>(), k_out.data_ptr<float>(),
                                  args::rope_tables(rope.first, rope.second, q.size(2), q.size(3), q.device(), kWho));
-    ctx->saved_data["rope"] = rope_base.has_value();
-    if (rope_base) ctx->saved_data["rope_cos"] = rope.first, ctx->saved_data["rope_sin"] = rope.second;
+    save_rope_tables(ctx, rope.first, rope.second);
     save_coupling_options(ctx, options);
     std::vector<at::Tensor> saved{q_out, k_out};
     saved.insert(saved.end(), w.begin(), w.end());
@@ -54,9 +53,7 @@ struct CpuAffineCoupling : public torch::autograd::Function<CpuAffineCoupling> {
     auto grad_q = at::empty_like(q_out), grad_k = at::empty_like(k_out);
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w));
-    at::Tensor cos, sin;
-    if (ctx->saved_data["rope"].toBool())
-      cos = ctx->saved_data["rope_cos"].toTensor(), sin = ctx->saved_data["rope_sin"].toTensor();
+    const auto [cos, sin] = saved_rope_tables(ctx);
     cpu::affine_coupling_backward(args::shape_of(options, q_out),
                                   args::coupling_params(options, weights, q_out.device(), kWho),
                                   q_out.data_ptr<float>(), k_out.data_ptr<float>(), grad_q_out.data_ptr<float>(),

@@ -106,8 +106,7 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
     std::vector<at::Tensor> saved{qr, kr, vr, o, lse2};
     saved.insert(saved.end(), w.begin(), w.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["rope"] = cos.defined();
-    if (cos.defined()) ctx->saved_data["rope_cos"] = cos, ctx->saved_data["rope_sin"] = sin;
+    save_rope_tables(ctx, cos, sin);
     save_coupling_options(ctx, options);
     return {o};
   }
@@ -117,9 +116,7 @@ struct FusedCoupledAttention : public torch::autograd::Function<FusedCoupledAtte
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse2 = saved[4];
     const std::vector<at::Tensor> weights(saved.begin() + 5, saved.end());
     const auto options = saved_coupling_options(ctx);
-    at::Tensor cos, sin;
-    if (ctx->saved_data["rope"].toBool())
-      cos = ctx->saved_data["rope_cos"].toTensor(), sin = ctx->saved_data["rope_sin"].toTensor();
+    const auto [cos, sin] = saved_rope_tables(ctx);
     const c10::cuda::CUDAGuard guard(q.device());
     const auto grad_o = args::kernel_readable(grads[0].defined() ? grads[0] : at::zeros_like(o), kWho);
 

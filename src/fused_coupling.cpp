@@ -130,8 +130,7 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
                                                 : std::vector<at::Tensor>{q_out, k_out};
     saved.insert(saved.end(), all.begin(), all.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["rope"] = rope_base.has_value();
-    if (rope_base) ctx->saved_data["rope_cos"] = after.rope_cos, ctx->saved_data["rope_sin"] = after.rope_sin;
+    save_rope_tables(ctx, after.rope_cos, after.rope_sin);
     ctx->saved_data["qk_norm"] = qk_norm_eps.has_value();
     if (qk_norm_eps) ctx->saved_data["qk_norm_eps"] = *qk_norm_eps;
     save_coupling_options(ctx, options);
@@ -152,8 +151,7 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w, at::MemoryFormat::Contiguous));
     fused::AfterCoupling after;
-    if (ctx->saved_data["rope"].toBool())
-      after.rope_cos = ctx->saved_data["rope_cos"].toTensor(), after.rope_sin = ctx->saved_data["rope_sin"].toTensor();
+    std::tie(after.rope_cos, after.rope_sin) = saved_rope_tables(ctx);
     const bool qk_norm = ctx->saved_data["qk_norm"].toBool();
     if (qk_norm) {
       after.q_norm_weight = saved[saved.size() - 2];
@@ -245,25 +243,24 @@ bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Ten
 }
 
 bool fused_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q) {
-  for (const auto* w : {&q_weight, &k_weight})
-    if (!w->defined() || w->scalar_type() != at::kFloat || !w->is_contiguous() || w->dim() != 1 ||
-        w->size(0) != q.size(-1) || w->device() != q.device())
-      return false;
-  return true;
+  return kernel_arguments::is_channel_vector(q_weight, q.size(-1), q.device()) &&
+         kernel_arguments::is_channel_vector(k_weight, q.size(-1), q.device());
 }
 
 std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
                                                         const at::Tensor& k, std::optional<double> rope_base,
                                                         const std::optional<FusedQKNorm>& qk_norm) {
-  auto weights = fused::affine_weights(coupling);
+  const auto weights = fused::affine_weights(coupling);
+  // What autograd differentiates with respect to: the coupling's weights, then the norm's.
+  std::vector<at::Tensor> parameters = weights;
   std::optional<double> qk_norm_eps;
   if (qk_norm) {
-    weights.insert(weights.end(), {qk_norm->q_weight, qk_norm->k_weight});
+    parameters.insert(parameters.end(), {qk_norm->q_weight, qk_norm->k_weight});
     qk_norm_eps = qk_norm->eps;
   }
   const bool backward_to_come =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
-                                     std::any_of(weights.begin(), weights.end(),
+                                     std::any_of(parameters.begin(), parameters.end(),
                                                  [](const at::Tensor& w) { return w.requires_grad(); }));
   if (qk_norm && !backward_to_come) {
     // Inference: the kernel need not keep the coupling's own outputs for a backward.
@@ -271,11 +268,11 @@ std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& co
     auto k_out = at::empty_like(q_out);
     const auto after =
         after_coupling_for(q, rope_base, qk_norm_eps, qk_norm->q_weight, qk_norm->k_weight, /*keep_coupled=*/false);
-    weights.resize(weights.size() - 2);
     fused::affine_forward_out(coupling.options(), weights, q, k, q_out, k_out, /*inverse=*/false, after);
     return {q_out, k_out};
   }
-  auto out = FusedAffineCoupling::apply(q, k, at::TensorList(weights), coupling.options(), rope_base, qk_norm_eps);
+  auto out =
+      FusedAffineCoupling::apply(q, k, at::TensorList(parameters), coupling.options(), rope_base, qk_norm_eps);
   return {out[0], out[1]};
 }
 

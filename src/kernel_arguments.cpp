@@ -102,15 +102,10 @@ kn::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, int64_t
   return {cos.data_ptr<float>(), sin.data_ptr<float>()};
 }
 
-namespace {
-
-// A [dim] float32 contiguous vector on `device`.
 bool is_channel_vector(const at::Tensor& t, int64_t dim, const at::Device& device) {
   return t.defined() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 1 && t.size(0) == dim &&
          t.device() == device;
 }
-
-}  // namespace
 
 kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
                                  const std::string& who) {

@@ -49,6 +49,10 @@ kernels::AffineCouplingGrads coupling_grads(const std::vector<at::Tensor>& weigh
 kernels::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, int64_t time, int64_t head_dim,
                                 const at::Device& device, const std::string& who);
 
+// A [dim] contiguous float32 vector on `device`: a per-channel weight (QK-norm's)
+// as the kernels read it.
+bool is_channel_vector(const at::Tensor& t, int64_t dim, const at::Device& device);
+
 // fused::AfterCoupling as the coupling kernels take it, checked against the
 // coupling's [batch, heads, time, head_dim] input or output `like`: RoPE tables
 // as above, QK-norm weights of both q and k or neither ([head_dim] contiguous
