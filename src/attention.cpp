@@ -134,7 +134,7 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor 
   if (!qk_norm && cpu_affine_coupling_applies(*coupling_, q, k))
     return cpu_affine_coupling(*coupling_, q, k, rope_base_of(options_));
   std::tie(q, k) = coupling_(q, k);
-  if (options_.kind() == AttentionKind::QKNorm) {
+  if (qk_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }

@@ -57,16 +57,20 @@ at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t posi
   return at::outer(at::arange(position_offset, position_offset + time, opts), inv_freq);
 }
 
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device) {
-  const auto angles = rope_angles(time, head_dim, base, /*position_offset=*/0, device);
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device,
+                                              int64_t position_offset) {
+  const auto angles = rope_angles(time, head_dim, base, position_offset, device);
   return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset) {
   const int64_t time = x.size(-2), dim = x.size(-1), half = dim / 2;
   TORCH_CHECK(dim % 2 == 0, "rope: head_dim must be even, got ", dim);
+  if (kernel_applies(x)) {
+    const auto [cos, sin] = rope_tables(time, dim, base, x.device(), position_offset);
+    return RopeFunction::apply(x, cos, sin);
+  }
   const auto angles = rope_angles(time, dim, base, position_offset, x.device());  // [time, half]
-  if (kernel_applies(x)) return RopeFunction::apply(x, angles.cos().to(at::kFloat), angles.sin().to(at::kFloat));
   const auto compute = at::promote_types(x.scalar_type(), at::kFloat);
   const auto cos = at::cat({angles.cos(), angles.cos()}, -1).to(compute);
   const auto sin = at::cat({angles.sin(), angles.sin()}, -1).to(compute);
