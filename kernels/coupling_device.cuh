@@ -18,6 +18,16 @@
 #include "fused_coupling.h"
 #include "rope_math.cuh"
 
+// The launch and the block's dynamic shared memory, as macros so that the
+// emulator of tests/kernel_emulation can run these kernels on the CPU: it
+// defines both before it includes a kernel file.
+#ifndef CQK_LAUNCH
+#define CQK_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
+#ifndef CQK_DYNAMIC_SHARED
+#define CQK_DYNAMIC_SHARED(name) extern __shared__ __align__(16) float name[]
+#endif
+
 namespace cqk::kernels {
 
 // ---------------------------------------------------------------------------

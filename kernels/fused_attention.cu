@@ -163,7 +163,7 @@ template <int D, int DV, int R, class T>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(CoupledAttentionInputs in, FlashGeometry g, T* __restrict__ o, float* __restrict__ lse2) {
   constexpr int S = row_stride<D>(), SV = row_stride<DV>(), CV = DV / kRowThreads;
-  extern __shared__ __align__(16) float smem[];
+  CQK_DYNAMIC_SHARED(smem);
   float* qt = smem + weight_floats(D, R, in.coupling.num_steps);
   float* kt = qt + kTile * S;
   float* vt = kt + kTile * S;
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kThreads)
                           PairedRowStrides gos, const float* __restrict__ lse2, const float* __restrict__ delta,
                           float* __restrict__ dq, float* __restrict__ dk, T* __restrict__ dv) {
   constexpr int S = row_stride<D>(), SV = row_stride<DV>(), C = D / kRowThreads, CV = DV / kRowThreads;
-  extern __shared__ __align__(16) float smem[];
+  CQK_DYNAMIC_SHARED(smem);
   float* qt = smem + weight_floats(D, R, in.coupling.num_steps);
   float* kt = qt + kTile * S;
   float* vt = kt + kTile * S;
@@ -509,7 +509,8 @@ void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInpu
     using T = typename decltype(tag)::type;
     auto kernel = flash_forward_kernel<D, DV, R, T>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info);
-    kernel<<<tile_grid(s, s.pairs * s.heads), kThreads, smem, st>>>(in, geometry(s), static_cast<T*>(o), lse2);
+    CQK_LAUNCH(kernel, tile_grid(s, s.pairs * s.heads), kThreads, smem, st)(in, geometry(s), static_cast<T*>(o),
+                                                                            lse2);
   });
   check_cuda(cudaGetLastError(), "forward launch");
 }
@@ -530,14 +531,16 @@ void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInp
     constexpr int D = decltype(d)::value, DV = decltype(dvd)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     const int64_t rows_per_block = kThreads / (DV / kLaneChannels);
-    flash_delta_kernel<DV, T><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, st>>>(
-        static_cast<const T*>(o), static_cast<const T*>(grad_o), grad_o_strides, geometry(s), delta);
+    const auto delta_kernel = flash_delta_kernel<DV, T>;
+    const dim3 delta_grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+    CQK_LAUNCH(delta_kernel, delta_grid, kThreads, 0, st)(static_cast<const T*>(o), static_cast<const T*>(grad_o),
+                                                          grad_o_strides, geometry(s), delta);
     auto kernel = flash_backward_kernel<D, DV, R, T>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info);
     // One block per (batch, head, key tile) for all pairs: see flash_backward_kernel.
-    kernel<<<tile_grid(s, s.heads), kThreads, smem, st>>>(in, geometry(s), static_cast<const T*>(grad_o),
-                                                          grad_o_strides, lse2, delta, dq_coupled, dk_coupled,
-                                                          static_cast<T*>(dv));
+    CQK_LAUNCH(kernel, tile_grid(s, s.heads), kThreads, smem, st)(in, geometry(s), static_cast<const T*>(grad_o),
+                                                                  grad_o_strides, lse2, delta, dq_coupled,
+                                                                  dk_coupled, static_cast<T*>(dv));
   });
   check_cuda(cudaGetLastError(), "backward launch");
 }

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
                     T* __restrict__ q_out, T* __restrict__ k_out, Work work, AffineCouplingParams params,
                     AfterCoupling after) {
   constexpr int L = D / kLaneChannels, G = kThreads / L;
-  extern __shared__ __align__(16) float smem[];
+  CQK_DYNAMIC_SHARED(smem);
   const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
   pack_weights<D, R>(smem, params, group);
   __syncthreads();
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   using Grads = GradLayout<D, R>;
   static_assert(static_cast<int>(Layout::kFloats) == static_cast<int>(Grads::kFloats), "one step, one size");
   constexpr int P = Layout::kFloats;
-  extern __shared__ __align__(16) float smem[];
+  CQK_DYNAMIC_SHARED(smem);
   const int steps = params.num_steps;
   float* weights = smem;
   float* acc = weights + steps * P;
@@ -379,8 +379,8 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
     using T = typename decltype(tag)::type;
     auto kernel = coupling_kernel<D, R, T, Inverse>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
-    kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
-                                         static_cast<T*>(q_out), static_cast<T*>(k_out), work, params, after);
+    CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
+                                                 static_cast<T*>(q_out), static_cast<T*>(k_out), work, params, after);
   });
   check_cuda(cudaGetLastError(), Inverse ? "inverse launch" : "forward launch");
 }
@@ -453,10 +453,10 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
     using T = typename decltype(tag)::type;
     auto kernel = after.norm.q ? coupling_backward_kernel<D, R, T, true> : coupling_backward_kernel<D, R, T, false>;
     set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
-    kernel<<<grid, kThreads, smem, st>>>(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
-                                         static_cast<const T*>(grad_q), grad_q_strides,
-                                         static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
-                                         static_cast<T*>(dk), work, params, grads, after, norm_grads);
+    CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
+                                                 static_cast<const T*>(grad_q), grad_q_strides,
+                                                 static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
+                                                 static_cast<T*>(dk), work, params, grads, after, norm_grads);
   });
   check_cuda(cudaGetLastError(), "backward launch");
 }

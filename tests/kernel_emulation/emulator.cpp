@@ -1,0 +1,242 @@
+#include "emulator.h"
+
+#include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cqk::emulation {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 256 * 1024;
+
+// AddressSanitizer follows the stack switches when told (its fiber API); the
+// scheduler's own stack is learnt at the first switch into a fiber.
+const void* g_scheduler_stack = nullptr;
+size_t g_scheduler_stack_size = 0;
+#if defined(__SANITIZE_ADDRESS__)
+void before_switch(void** save, const void* to_stack, size_t to_size) {
+  __sanitizer_start_switch_fiber(save, to_stack, to_size);
+}
+void after_switch(void* saved) { __sanitizer_finish_switch_fiber(saved, nullptr, nullptr); }
+void first_entry() { __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_stack, &g_scheduler_stack_size); }
+#else
+void before_switch(void**, const void*, size_t) {}
+void after_switch(void*) {}
+void first_entry() {}
+#endif
+
+// Misuse of the emulated CUDA inside a fiber: an exception cannot leave a fiber.
+[[noreturn]] void fatal(const std::string& what) {
+  std::fprintf(stderr, "cuda emulation: %s\n", what.c_str());
+  std::abort();
+}
+
+struct Barrier {
+  int arrived = 0;
+  int64_t generation = 0;
+};
+
+struct Fiber {
+  ucontext_t context;
+  dim3 index;
+  int linear = 0;
+  bool done = false;
+  const Barrier* waiting_on = nullptr;  // skipped by the scheduler until that barrier moves on
+  int64_t waiting_generation = 0;
+};
+
+// The block being run (blocks run one at a time).
+struct Block {
+  dim3 grid, dim, index;
+  const std::function<void()>* body = nullptr;
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  ucontext_t scheduler;
+  int live = 0;
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
+  std::vector<int> warp_live;
+  std::vector<float> shuffle_slots;
+  std::vector<float> shared;
+  bool progressed = false;
+};
+
+Block* g_block = nullptr;
+std::unique_ptr<char[]> g_stacks;
+size_t g_stack_count = 0;
+
+Block& block() {
+  if (!g_block || !g_block->current) fatal("a device function was called outside an emulated launch");
+  return *g_block;
+}
+
+void yield(Block& b) {
+  void* fake_stack = nullptr;
+  before_switch(&fake_stack, g_scheduler_stack, g_scheduler_stack_size);
+  swapcontext(&b.current->context, &b.scheduler);
+  after_switch(fake_stack);
+}
+
+// Waits until all `participants` live threads of the barrier have arrived.
+void wait_at(Block& b, Barrier& barrier, int participants) {
+  b.progressed = true;
+  if (++barrier.arrived >= participants) {
+    barrier.arrived = 0;
+    ++barrier.generation;
+    return;
+  }
+  Fiber& self = *b.current;
+  self.waiting_on = &barrier;
+  self.waiting_generation = barrier.generation;
+  while (barrier.generation == self.waiting_generation) yield(b);
+  self.waiting_on = nullptr;
+}
+
+// A thread that exits no longer counts at the barriers (as on the hardware);
+// the others may then be complete.
+void release_if_complete(Barrier& barrier, int participants) {
+  if (barrier.arrived > 0 && barrier.arrived >= participants) {
+    barrier.arrived = 0;
+    ++barrier.generation;
+  }
+}
+
+void fiber_main() {
+  first_entry();
+  Block& b = *g_block;
+  (*b.body)();
+  Fiber& self = *b.current;
+  self.done = true;
+  b.progressed = true;
+  --b.live;
+  --b.warp_live[self.linear / kWarp];
+  release_if_complete(b.block_barrier, b.live);
+  release_if_complete(b.warp_barriers[self.linear / kWarp], b.warp_live[self.linear / kWarp]);
+  // Returning resumes uc_link, the scheduler; this fiber's stack is done with.
+  before_switch(nullptr, g_scheduler_stack, g_scheduler_stack_size);
+}
+
+void run_block(Block& b) {
+  const int threads = static_cast<int>(b.dim.x * b.dim.y * b.dim.z);
+  const int warps = (threads + kWarp - 1) / kWarp;
+  b.fibers.assign(threads, Fiber{});
+  b.live = threads;
+  b.block_barrier = Barrier{};
+  b.warp_barriers.assign(warps, Barrier{});
+  b.warp_live.assign(warps, kWarp);
+  if (threads % kWarp) b.warp_live.back() = threads % kWarp;
+  b.shuffle_slots.assign(threads, 0.0f);
+  std::fill(b.shared.begin(), b.shared.end(), std::numeric_limits<float>::quiet_NaN());
+  if (g_stack_count < static_cast<size_t>(threads)) {
+    g_stacks.reset(new char[threads * kStackBytes]);
+    g_stack_count = threads;
+  }
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = b.fibers[t];
+    f.linear = t;
+    f.index = dim3(t % b.dim.x, t / b.dim.x % b.dim.y, t / (b.dim.x * b.dim.y));
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = g_stacks.get() + t * kStackBytes;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &b.scheduler;
+    makecontext(&f.context, fiber_main, 0);
+  }
+  while (b.live > 0) {
+    b.progressed = false;
+    for (Fiber& f : b.fibers) {
+      if (f.done || (f.waiting_on && f.waiting_on->generation == f.waiting_generation)) continue;
+      b.current = &f;
+      void* fake_stack = nullptr;
+      before_switch(&fake_stack, f.context.uc_stack.ss_sp, f.context.uc_stack.ss_size);
+      swapcontext(&b.scheduler, &f.context);
+      after_switch(fake_stack);
+    }
+    b.current = nullptr;
+    if (!b.progressed)
+      throw std::runtime_error("cuda emulation: block (" + std::to_string(b.index.x) + ", " +
+                               std::to_string(b.index.y) + ", " + std::to_string(b.index.z) + ") deadlocked: " +
+                               std::to_string(b.live) + " threads wait at barriers the others never reach");
+  }
+}
+
+}  // namespace
+
+DeviceProperties& device() {
+  static DeviceProperties properties;
+  return properties;
+}
+
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+const dim3& thread_index() { return block().current->index; }
+const dim3& block_index() { return block().index; }
+const dim3& block_dim() { return block().dim; }
+const dim3& grid_dim() { return block().grid; }
+float* dynamic_shared() { return block().shared.data(); }
+
+void sync_block() {
+  Block& b = block();
+  ++counters().block_barriers;
+  wait_at(b, b.block_barrier, b.live);
+}
+
+float shuffle_xor(unsigned mask, float value, int lane_mask) {
+  Block& b = block();
+  const int t = b.current->linear, warp = t / kWarp, lane = t % kWarp;
+  if (mask != 0xffffffffu) fatal("only full-warp shuffles are emulated");
+  if (b.warp_live[warp] != kWarp) fatal("a shuffle in a warp with exited or missing threads");
+  if (lane_mask < 0 || lane_mask >= kWarp) fatal("shuffle lane mask out of range: " + std::to_string(lane_mask));
+  ++counters().shuffles;
+  b.shuffle_slots[t] = value;
+  wait_at(b, b.warp_barriers[warp], kWarp);
+  const float partner = b.shuffle_slots[warp * kWarp + (lane ^ lane_mask)];
+  wait_at(b, b.warp_barriers[warp], kWarp);  // nobody overwrites a slot before it is read
+  return partner;
+}
+
+void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, const std::function<void()>& body) {
+  if (g_block) throw std::logic_error("cuda emulation: a launch inside a launch");
+  if (block_dim.x * block_dim.y * block_dim.z == 0 || block_dim.x * block_dim.y * block_dim.z > 1024)
+    throw std::invalid_argument("cuda emulation: a block needs 1..1024 threads");
+  if (static_cast<int64_t>(dynamic_shared_bytes) > device().smem_optin)
+    throw std::invalid_argument("cuda emulation: " + std::to_string(dynamic_shared_bytes) +
+                                " bytes of dynamic shared memory, the device allows " +
+                                std::to_string(device().smem_optin));
+  Block b;
+  b.grid = grid;
+  b.dim = block_dim;
+  b.body = &body;
+  b.shared.resize((dynamic_shared_bytes + sizeof(float) - 1) / sizeof(float));
+  ++counters().launches;
+  g_block = &b;
+  try {
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          b.index = dim3(x, y, z);
+          ++counters().blocks;
+          run_block(b);
+        }
+  } catch (...) {
+    g_block = nullptr;
+    throw;
+  }
+  g_block = nullptr;
+}
+
+}  // namespace cqk::emulation

@@ -1,0 +1,71 @@
+#pragma once
+// A CPU emulator of the small part of CUDA the cqk kernels use, so that the
+// kernels' own code (tiling, lane groups, shuffles, shared memory, atomics)
+// runs in CI without a GPU and is compared against an ATen reference.
+//
+// A launch runs the grid's blocks one after another. The threads of a block
+// are fibers (ucontext) on the calling thread, switched only at barriers:
+// __syncthreads is a block barrier, a warp shuffle two warp barriers around an
+// exchange through per-thread slots. Dynamic shared memory is filled with NaN
+// before each block, so a read of shared memory no thread wrote shows up as a
+// NaN in the outputs. What it cannot show: data races and anything about
+// timing (warp scheduling is emulated as strict barriers), and out-of-bounds
+// accesses only as far as the caller's buffers are guarded.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <tuple>
+#include <utility>
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace cqk::emulation {
+
+// What the emulated device reports to cudaDeviceGetAttribute. A few
+// multiprocessors make the launchers give each block several batches of tokens.
+struct DeviceProperties {
+  int multiprocessors = 4;
+  int smem_optin = 232448;  // bytes per block after opting in, as on an H100/H200
+};
+DeviceProperties& device();
+
+// Counters over the process, for tests that check a launch really ran.
+struct Counters {
+  int64_t launches = 0, blocks = 0, block_barriers = 0, shuffles = 0;
+};
+Counters& counters();
+
+const dim3& thread_index();
+const dim3& block_index();
+const dim3& block_dim();
+const dim3& grid_dim();
+float* dynamic_shared();
+void sync_block();
+float shuffle_xor(unsigned mask, float value, int lane_mask);
+
+// Runs `body` once per thread of every block of the grid.
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
+
+// kernel<<<grid, block, smem>>>(args...) as Launch(kernel, grid, block, smem)(args...).
+template <class... Params>
+class Launch {
+ public:
+  Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared_bytes)
+      : kernel_(kernel), grid_(grid), block_(block), smem_(dynamic_shared_bytes) {}
+
+  template <class... Args>
+  void operator()(Args&&... args) const {
+    const std::tuple<Params...> params(std::forward<Args>(args)...);  // converted once, as a launch does
+    run_grid(grid_, block_, smem_, [&] { std::apply(kernel_, params); });
+  }
+
+ private:
+  void (*kernel_)(Params...);
+  dim3 grid_, block_;
+  size_t smem_;
+};
+
+}  // namespace cqk::emulation

@@ -1,0 +1,223 @@
+// kernels/fused_coupling.cu run on the CPU by the emulator (emulator.h): the
+// forward, inverse and backward kernels against reference.h's float64 ATen
+// coupling (with QK-norm and RoPE), on fresh random inputs and weights far
+// from the identity, outputs poisoned with NaN before each launch.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ostream>
+#include <string>
+
+#include "emulator.h"
+#include "fused_coupling.h"
+#include "reference.h"
+
+namespace cqk::emulation {
+namespace {
+
+struct CouplingCase {
+  const char* name;
+  int64_t batch, heads, time, head_dim, hidden;
+  int steps;
+  bool shared, rope, qk_norm;
+  bool strided;  // q, k and their gradients as views into a fused [batch, time, 3, heads, D] buffer
+  at::ScalarType dtype;
+  int64_t tokens_per_block = 0;  // $CQK_FUSED_TOKENS_PER_BLOCK; 0: the launchers' choice
+};
+
+// Sets $CQK_FUSED_TOKENS_PER_BLOCK for the launches in its scope.
+class TokensPerBlock {
+ public:
+  explicit TokensPerBlock(int64_t tokens) : set_(tokens > 0) {
+    if (set_) setenv("CQK_FUSED_TOKENS_PER_BLOCK", std::to_string(tokens).c_str(), 1);
+  }
+  ~TokensPerBlock() {
+    if (set_) unsetenv("CQK_FUSED_TOKENS_PER_BLOCK");
+  }
+  TokensPerBlock(const TokensPerBlock&) = delete;
+  TokensPerBlock& operator=(const TokensPerBlock&) = delete;
+
+ private:
+  bool set_;
+};
+
+std::ostream& operator<<(std::ostream& os, const CouplingCase& c) { return os << c.name; }
+
+constexpr float kClamp = 2.0f;
+constexpr float kEps = 1e-5f;
+
+// Two [batch, heads, time, D] tensors, as views into one fused projection or contiguous.
+std::pair<at::Tensor, at::Tensor> random_pair(const CouplingCase& c) {
+  const auto options = at::TensorOptions().dtype(c.dtype);
+  if (c.strided) {
+    const at::Tensor fused = at::randn({c.batch, c.time, 3, c.heads, c.head_dim}, options);
+    return {fused.select(2, 0).permute({0, 2, 1, 3}), fused.select(2, 1).permute({0, 2, 1, 3})};
+  }
+  return {at::randn({c.batch, c.heads, c.time, c.head_dim}, options),
+          at::randn({c.batch, c.heads, c.time, c.head_dim}, options)};
+}
+
+struct CouplingProblem {
+  CouplingWeights weights;
+  std::vector<int64_t> group_of_head;
+  at::Tensor norm_q, norm_k, cos, sin;  // undefined when off
+  kernels::AfterCoupling after;
+  kernels::CouplingShape shape;
+};
+
+CouplingProblem make_problem(const CouplingCase& c) {
+  CouplingProblem s;
+  s.weights = random_coupling(c.steps, c.shared ? 1 : c.heads, c.head_dim, c.hidden);
+  for (int64_t h = 0; h < c.heads; ++h) s.group_of_head.push_back(c.shared ? 0 : h);
+  if (c.qk_norm) {
+    s.norm_q = 1.0 + 0.2 * at::randn({c.head_dim});
+    s.norm_k = 1.0 + 0.2 * at::randn({c.head_dim});
+    s.after.norm = {s.norm_q.data_ptr<float>(), s.norm_k.data_ptr<float>(), kEps};
+  }
+  if (c.rope) {
+    std::tie(s.cos, s.sin) = rope_tables(c.time, c.head_dim);
+    s.after.rope = {s.cos.data_ptr<float>(), s.sin.data_ptr<float>()};
+  }
+  s.shape = {c.batch, c.heads, c.time, c.head_dim, c.hidden};
+  return s;
+}
+
+// The attention's "coupling -> QK-norm -> RoPE" in float64.
+at::Tensor reference_after(const at::Tensor& x, const at::Tensor& norm, const CouplingProblem& s, bool qk_norm,
+                           bool rope) {
+  at::Tensor y = x;
+  if (qk_norm) y = reference_rms_norm(y, norm, kEps);
+  if (rope) y = reference_rope(y, s.cos, s.sin);
+  return y;
+}
+
+double tolerance(const CouplingCase& c, bool gradient) {
+  if (c.dtype == at::kBFloat16) return gradient ? 4e-2 : 1e-2;
+  return gradient ? 1e-4 : 2e-5;
+}
+
+class EmulatedCoupling : public ::testing::TestWithParam<CouplingCase> {};
+
+TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
+  const CouplingCase& c = GetParam();
+  const TokensPerBlock tokens_per_block(c.tokens_per_block);
+  at::manual_seed(7);
+  CouplingProblem s = make_problem(c);
+  auto [q, k] = random_pair(c);
+  const auto dense = at::TensorOptions().dtype(c.dtype);
+  const std::vector<int64_t> sizes{c.batch, c.heads, c.time, c.head_dim};
+  at::Tensor q_out = poisoned_like(at::empty(sizes, dense)), k_out = poisoned_like(q_out);
+  at::Tensor q_coupled, k_coupled;
+  if (c.qk_norm) {
+    q_coupled = poisoned_like(q_out);
+    k_coupled = poisoned_like(q_out);
+    s.after.q_coupled = q_coupled.data_ptr();
+    s.after.k_coupled = k_coupled.data_ptr();
+  }
+  const auto params = params_of(s.weights, c.shared, kClamp);
+  const int64_t launches = counters().launches;
+  kernels::affine_coupling_forward_cuda(element_type(q), q.data_ptr(), row_strides(q), k.data_ptr(), row_strides(k),
+                                        q_out.data_ptr(), k_out.data_ptr(), s.shape, params, s.after, nullptr);
+  EXPECT_EQ(counters().launches, launches + 1);
+
+  // The reference, from the same (possibly bf16-rounded) inputs.
+  const at::Tensor qd = q.to(at::kDouble).detach().set_requires_grad(true);
+  const at::Tensor kd = k.to(at::kDouble).detach().set_requires_grad(true);
+  const CouplingWeights wd = to_double(s.weights, /*requires_grad=*/true);
+  at::Tensor nq, nk;
+  if (c.qk_norm) {
+    nq = s.norm_q.to(at::kDouble).set_requires_grad(true);
+    nk = s.norm_k.to(at::kDouble).set_requires_grad(true);
+  }
+  const auto [qc, kc] = reference_coupling(qd, kd, wd, s.group_of_head, kClamp);
+  const at::Tensor q_ref = reference_after(qc, nq, s, c.qk_norm, c.rope);
+  const at::Tensor k_ref = reference_after(kc, nk, s, c.qk_norm, c.rope);
+  const double tol = tolerance(c, /*gradient=*/false);
+  expect_close(q_out, q_ref, tol, "q_out");
+  expect_close(k_out, k_ref, tol, "k_out");
+  if (c.qk_norm) {
+    expect_close(q_coupled, qc, tol, "q_coupled");
+    expect_close(k_coupled, kc, tol, "k_coupled");
+  }
+
+  // Backward from (possibly strided) output gradients.
+  auto [grad_q, grad_k] = random_pair(c);
+  at::Tensor dq = poisoned_like(q_out), dk = poisoned_like(q_out);
+  CouplingWeights grads = zeros_like(s.weights);
+  at::Tensor norm_grad_q = at::zeros({c.head_dim}), norm_grad_k = at::zeros({c.head_dim});
+  kernels::AfterCoupling after = s.after;
+  after.q_coupled = after.k_coupled = nullptr;  // not read by the backward
+  const at::Tensor& saved_q = c.qk_norm ? q_coupled : q_out;
+  const at::Tensor& saved_k = c.qk_norm ? k_coupled : k_out;
+  kernels::affine_coupling_backward_cuda(
+      element_type(q), saved_q.data_ptr(), saved_k.data_ptr(), grad_q.data_ptr(), row_strides(grad_q),
+      grad_k.data_ptr(), row_strides(grad_k), dq.data_ptr(), dk.data_ptr(), s.shape, params, grads_of(grads), after,
+      {norm_grad_q.data_ptr<float>(), norm_grad_k.data_ptr<float>()}, nullptr);
+
+  (q_ref * grad_q.to(at::kDouble) + k_ref * grad_k.to(at::kDouble)).sum().backward();
+  const double gtol = tolerance(c, /*gradient=*/true);
+  expect_close(dq, qd.grad(), gtol, "dq");
+  expect_close(dk, kd.grad(), gtol, "dk");
+  for (int i = 0; i < c.steps; ++i) {
+    const std::string step = " of step " + std::to_string(i);
+    expect_close(grads.w1[i], wd.w1[i].grad(), gtol, "dw1" + step);
+    expect_close(grads.b1[i], wd.b1[i].grad(), gtol, "db1" + step);
+    expect_close(grads.w2[i], wd.w2[i].grad(), gtol, "dw2" + step);
+    expect_close(grads.b2[i], wd.b2[i].grad(), gtol, "db2" + step);
+  }
+  if (c.qk_norm) {
+    expect_close(norm_grad_q, nq.grad(), gtol, "QK-norm dw_q");
+    expect_close(norm_grad_k, nk.grad(), gtol, "QK-norm dw_k");
+  }
+}
+
+// The inverse is of the coupling alone (no QK-norm or RoPE).
+class EmulatedCouplingInverse : public ::testing::TestWithParam<CouplingCase> {};
+
+TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
+  const CouplingCase& c = GetParam();
+  const TokensPerBlock tokens_per_block(c.tokens_per_block);
+  at::manual_seed(11);
+  const CouplingProblem s = make_problem(c);
+  auto [q, k] = random_pair(c);
+  const auto params = params_of(s.weights, c.shared, kClamp);
+  const std::vector<int64_t> sizes{c.batch, c.heads, c.time, c.head_dim};
+  at::Tensor q_out = poisoned_like(at::empty(sizes, q.options())), k_out = poisoned_like(q_out);
+  kernels::affine_coupling_forward_cuda(element_type(q), q.data_ptr(), row_strides(q), k.data_ptr(), row_strides(k),
+                                        q_out.data_ptr(), k_out.data_ptr(), s.shape, params, {}, nullptr);
+  at::Tensor q_back = poisoned_like(q_out), k_back = poisoned_like(q_out);
+  kernels::affine_coupling_inverse_cuda(element_type(q), q_out.data_ptr(), row_strides(q_out), k_out.data_ptr(),
+                                        row_strides(k_out), q_back.data_ptr(), k_back.data_ptr(), s.shape, params,
+                                        nullptr);
+  // bf16: the forward's rounded outputs go back through exp(-s): a few bf16 steps.
+  const double tol = c.dtype == at::kBFloat16 ? 3e-2 : 1e-5;
+  expect_close(q_back, q, tol, "inverse(forward(q))");
+  expect_close(k_back, k, tol, "inverse(forward(k))");
+}
+
+// Blocks get 32 (D 64) or 16 (D 128) tokens at a time; the emulated device's
+// few multiprocessors and the times make groups of several blocks, the last
+// one partial; 64 tokens per block makes a block loop over two batches.
+const CouplingCase kCases[] = {
+    {"d64_r8_rope_strided", 2, 3, 37, 64, 8, 2, false, true, false, true, at::kFloat},
+    {"d64_r16_3steps_shared", 2, 2, 45, 64, 16, 3, true, false, false, false, at::kFloat},
+    {"d64_r8_qknorm_64_per_block", 1, 2, 70, 64, 8, 2, false, false, true, false, at::kFloat, 64},
+    {"d128_r8_qknorm_rope_strided", 1, 2, 33, 128, 8, 2, false, true, true, true, at::kFloat},
+    {"d128_r16_1step", 2, 2, 20, 128, 16, 1, false, false, false, false, at::kFloat},
+    {"bf16_d64_r8_rope_strided", 2, 2, 29, 64, 8, 2, false, true, false, true, at::kBFloat16},
+    {"bf16_d128_r8_qknorm_rope", 1, 2, 26, 128, 8, 2, false, true, true, false, at::kBFloat16},
+};
+
+const CouplingCase kInverseCases[] = {
+    {"d64_r16_3steps_shared_strided", 2, 2, 45, 64, 16, 3, true, false, false, true, at::kFloat, 64},
+    {"d128_r8_2steps", 2, 2, 20, 128, 8, 2, false, false, false, false, at::kFloat},
+    {"bf16_d64_r8_2steps", 1, 3, 40, 64, 8, 2, false, false, false, false, at::kBFloat16},
+};
+
+std::string case_name(const ::testing::TestParamInfo<CouplingCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCoupling, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCouplingInverse, ::testing::ValuesIn(kInverseCases), case_name);
+
+}  // namespace
+}  // namespace cqk::emulation
