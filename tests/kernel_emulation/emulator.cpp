@@ -6,6 +6,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -153,15 +154,32 @@ void run_block(Block& b) {
     f.context.uc_link = &b.scheduler;
     makecontext(&f.context, fiber_main, 0);
   }
+  // Each warp in turn runs as far as it can (through its shuffles, up to a
+  // block barrier) before the next one starts: a warp gets as far ahead of
+  // the others as the barriers allow, so that a missing __syncthreads lets it
+  // overwrite shared memory the others still read.
+  const bool descending = device().order == RunOrder::kDescending;
+  auto runnable = [](const Fiber& f) {
+    return !f.done && !(f.waiting_on && f.waiting_on->generation == f.waiting_generation);
+  };
   while (b.live > 0) {
     b.progressed = false;
-    for (Fiber& f : b.fibers) {
-      if (f.done || (f.waiting_on && f.waiting_on->generation == f.waiting_generation)) continue;
-      b.current = &f;
-      void* fake_stack = nullptr;
-      before_switch(&fake_stack, f.context.uc_stack.ss_sp, f.context.uc_stack.ss_size);
-      swapcontext(&b.scheduler, &f.context);
-      after_switch(fake_stack);
+    for (int w = 0; w < warps; ++w) {
+      const int warp = descending ? warps - 1 - w : w;
+      const int first = warp * kWarp, size = std::min(kWarp, threads - first);
+      for (bool ran = true; ran;) {
+        ran = false;
+        for (int i = 0; i < size; ++i) {
+          Fiber& f = b.fibers[first + (descending ? size - 1 - i : i)];
+          if (!runnable(f)) continue;
+          ran = true;
+          b.current = &f;
+          void* fake_stack = nullptr;
+          before_switch(&fake_stack, f.context.uc_stack.ss_sp, f.context.uc_stack.ss_size);
+          swapcontext(&b.scheduler, &f.context);
+          after_switch(fake_stack);
+        }
+      }
     }
     b.current = nullptr;
     if (!b.progressed)
@@ -225,13 +243,13 @@ void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, const std:
   ++counters().launches;
   g_block = &b;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          b.index = dim3(x, y, z);
-          ++counters().blocks;
-          run_block(b);
-        }
+    const unsigned blocks = grid.x * grid.y * grid.z;
+    for (unsigned i = 0; i < blocks; ++i) {
+      const unsigned n = device().order == RunOrder::kDescending ? blocks - 1 - i : i;
+      b.index = dim3(n % grid.x, n / grid.x % grid.y, n / (grid.x * grid.y));
+      ++counters().blocks;
+      run_block(b);
+    }
   } catch (...) {
     g_block = nullptr;
     throw;

@@ -24,13 +24,36 @@ struct dim3 {
 
 namespace cqk::emulation {
 
-// What the emulated device reports to cudaDeviceGetAttribute. A few
-// multiprocessors make the launchers give each block several batches of tokens.
+// The order in which the threads of a block run from one barrier to the next,
+// and the blocks of a grid run. A kernel must not depend on it; a missing
+// barrier usually gives a different result in one of the two orders.
+enum class RunOrder { kAscending, kDescending };
+
+// What the emulated device reports to cudaDeviceGetAttribute (a few
+// multiprocessors make the launchers split each head over several blocks),
+// and the run order.
 struct DeviceProperties {
   int multiprocessors = 4;
   int smem_optin = 232448;  // bytes per block after opting in, as on an H100/H200
+  RunOrder order = RunOrder::kAscending;
 };
 DeviceProperties& device();
+
+// Sets the run order for the launches in its scope.
+class ScopedRunOrder {
+ public:
+  explicit ScopedRunOrder(RunOrder order) : saved_(device().order) { device().order = order; }
+  ~ScopedRunOrder() { device().order = saved_; }
+  ScopedRunOrder(const ScopedRunOrder&) = delete;
+  ScopedRunOrder& operator=(const ScopedRunOrder&) = delete;
+
+ private:
+  RunOrder saved_;
+};
+
+inline const char* run_order_name(RunOrder order) {
+  return order == RunOrder::kAscending ? "ascending" : "descending";
+}
 
 // Counters over the process, for tests that check a launch really ran.
 struct Counters {

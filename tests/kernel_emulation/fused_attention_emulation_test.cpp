@@ -44,10 +44,11 @@ int64_t weight_group(const AttentionCase& c, int64_t pair, int64_t head) {
   return c.separate_pairs ? pair * c.heads + head : head;
 }
 
-class EmulatedFlashAttention : public ::testing::TestWithParam<AttentionCase> {};
+class EmulatedFlashAttention : public ::testing::TestWithParam<std::tuple<AttentionCase, RunOrder>> {};
 
 TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
-  const AttentionCase& c = GetParam();
+  const auto& [c, order] = GetParam();
+  const ScopedRunOrder run_order(order);
   at::manual_seed(5);
   const at::Tensor q = paired_view(c, c.head_dim), k = paired_view(c, c.head_dim);
   const at::Tensor v = at::randn({c.batch, c.time, c.heads, c.value_dim}, at::TensorOptions().dtype(c.dtype))
@@ -139,15 +140,17 @@ const AttentionCase kCases[] = {
     {"vanilla_d128_r16_shared", 1, 1, 2, 40, 128, 128, 16, 2, false, true, false, at::kFloat},
     {"vanilla_d64_r8_3steps", 1, 1, 2, 64, 64, 64, 8, 3, false, false, true, at::kFloat},
     {"vanilla_d64_r8_1step", 2, 1, 1, 33, 64, 64, 8, 1, false, false, true, at::kFloat},
+    {"vanilla_d64_r8_one_token", 1, 1, 2, 1, 64, 64, 8, 2, false, false, true, at::kFloat},
+    {"vanilla_d128_r8_three_tiles", 1, 1, 1, 192, 128, 128, 8, 2, false, false, true, at::kFloat},
     {"diff_d64_separate_pairs_rope", 1, 2, 2, 65, 64, 128, 8, 2, true, false, true, at::kFloat},
     {"diff_d64_shared_pairs", 1, 2, 1, 130, 64, 128, 8, 2, false, false, false, at::kFloat},
     {"bf16_diff_d64_rope", 1, 2, 1, 50, 64, 128, 8, 2, false, false, true, at::kBFloat16},
     {"bf16_vanilla_d128_rope", 1, 1, 1, 45, 128, 128, 8, 2, false, false, true, at::kBFloat16},
 };
 
-std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) { return info.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, EmulatedFlashAttention, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedFlashAttention,
+                         ::testing::Combine(::testing::ValuesIn(kCases), both_run_orders()),
+                         case_and_order_name<AttentionCase>);
 
 }  // namespace
 }  // namespace cqk::emulation

@@ -20,7 +20,11 @@ struct CouplingCase {
   int64_t batch, heads, time, head_dim, hidden;
   int steps;
   bool shared, rope, qk_norm;
-  bool strided;  // q, k and their gradients as views into a fused [batch, time, 3, heads, D] buffer
+  enum Layout {
+    kContiguous,
+    kFused,   // q, k and their gradients: views into a fused [batch, time, 3, heads, D] projection
+    kQFused,  // q fused, k contiguous (grouped-query attention's expanded k)
+  } layout;
   at::ScalarType dtype;
   int64_t tokens_per_block = 0;  // $CQK_FUSED_TOKENS_PER_BLOCK; 0: the launchers' choice
 };
@@ -46,15 +50,18 @@ std::ostream& operator<<(std::ostream& os, const CouplingCase& c) { return os <<
 constexpr float kClamp = 2.0f;
 constexpr float kEps = 1e-5f;
 
-// Two [batch, heads, time, D] tensors, as views into one fused projection or contiguous.
+// Two [batch, heads, time, D] tensors laid out as the case says.
 std::pair<at::Tensor, at::Tensor> random_pair(const CouplingCase& c) {
   const auto options = at::TensorOptions().dtype(c.dtype);
-  if (c.strided) {
-    const at::Tensor fused = at::randn({c.batch, c.time, 3, c.heads, c.head_dim}, options);
-    return {fused.select(2, 0).permute({0, 2, 1, 3}), fused.select(2, 1).permute({0, 2, 1, 3})};
+  const at::Tensor fused = at::randn({c.batch, c.time, 3, c.heads, c.head_dim}, options);
+  const at::Tensor contiguous = at::randn({c.batch, c.heads, c.time, c.head_dim}, options);
+  const at::Tensor fused_q = fused.select(2, 0).permute({0, 2, 1, 3});
+  const at::Tensor fused_k = fused.select(2, 1).permute({0, 2, 1, 3});
+  switch (c.layout) {
+    case CouplingCase::kFused: return {fused_q, fused_k};
+    case CouplingCase::kQFused: return {fused_q, contiguous};
+    default: return {fused_q.contiguous(), contiguous};
   }
-  return {at::randn({c.batch, c.heads, c.time, c.head_dim}, options),
-          at::randn({c.batch, c.heads, c.time, c.head_dim}, options)};
 }
 
 struct CouplingProblem {
@@ -96,10 +103,11 @@ double tolerance(const CouplingCase& c, bool gradient) {
   return gradient ? 1e-4 : 2e-5;
 }
 
-class EmulatedCoupling : public ::testing::TestWithParam<CouplingCase> {};
+class EmulatedCoupling : public ::testing::TestWithParam<std::tuple<CouplingCase, RunOrder>> {};
 
 TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
-  const CouplingCase& c = GetParam();
+  const auto& [c, order] = GetParam();
+  const ScopedRunOrder run_order(order);
   const TokensPerBlock tokens_per_block(c.tokens_per_block);
   at::manual_seed(7);
   CouplingProblem s = make_problem(c);
@@ -172,10 +180,11 @@ TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
 }
 
 // The inverse is of the coupling alone (no QK-norm or RoPE).
-class EmulatedCouplingInverse : public ::testing::TestWithParam<CouplingCase> {};
+class EmulatedCouplingInverse : public ::testing::TestWithParam<std::tuple<CouplingCase, RunOrder>> {};
 
 TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
-  const CouplingCase& c = GetParam();
+  const auto& [c, order] = GetParam();
+  const ScopedRunOrder run_order(order);
   const TokensPerBlock tokens_per_block(c.tokens_per_block);
   at::manual_seed(11);
   const CouplingProblem s = make_problem(c);
@@ -199,25 +208,30 @@ TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
 // few multiprocessors and the times make groups of several blocks, the last
 // one partial; 64 tokens per block makes a block loop over two batches.
 const CouplingCase kCases[] = {
-    {"d64_r8_rope_strided", 2, 3, 37, 64, 8, 2, false, true, false, true, at::kFloat},
-    {"d64_r16_3steps_shared", 2, 2, 45, 64, 16, 3, true, false, false, false, at::kFloat},
-    {"d64_r8_qknorm_64_per_block", 1, 2, 70, 64, 8, 2, false, false, true, false, at::kFloat, 64},
-    {"d128_r8_qknorm_rope_strided", 1, 2, 33, 128, 8, 2, false, true, true, true, at::kFloat},
-    {"d128_r16_1step", 2, 2, 20, 128, 16, 1, false, false, false, false, at::kFloat},
-    {"bf16_d64_r8_rope_strided", 2, 2, 29, 64, 8, 2, false, true, false, true, at::kBFloat16},
-    {"bf16_d128_r8_qknorm_rope", 1, 2, 26, 128, 8, 2, false, true, true, false, at::kBFloat16},
+    {"d64_r8_rope_fused", 2, 3, 37, 64, 8, 2, false, true, false, CouplingCase::kFused, at::kFloat},
+    {"d64_r16_3steps_shared", 2, 2, 45, 64, 16, 3, true, false, false, CouplingCase::kContiguous, at::kFloat},
+    {"d64_r8_qknorm_64_per_block", 1, 2, 70, 64, 8, 2, false, false, true, CouplingCase::kContiguous, at::kFloat,
+     64},
+    {"d64_r16_4steps_qknorm_rope_q_fused", 2, 2, 19, 64, 16, 4, false, true, true, CouplingCase::kQFused,
+     at::kFloat},
+    {"d64_r8_one_token", 1, 2, 1, 64, 8, 2, false, true, false, CouplingCase::kContiguous, at::kFloat},
+    {"d128_r8_qknorm_rope_fused", 1, 2, 33, 128, 8, 2, false, true, true, CouplingCase::kFused, at::kFloat},
+    {"d128_r16_1step", 2, 2, 20, 128, 16, 1, false, false, false, CouplingCase::kContiguous, at::kFloat},
+    {"bf16_d64_r8_rope_fused", 2, 2, 29, 64, 8, 2, false, true, false, CouplingCase::kFused, at::kBFloat16},
+    {"bf16_d128_r8_qknorm_rope", 1, 2, 26, 128, 8, 2, false, true, true, CouplingCase::kContiguous, at::kBFloat16},
 };
 
 const CouplingCase kInverseCases[] = {
-    {"d64_r16_3steps_shared_strided", 2, 2, 45, 64, 16, 3, true, false, false, true, at::kFloat, 64},
-    {"d128_r8_2steps", 2, 2, 20, 128, 8, 2, false, false, false, false, at::kFloat},
-    {"bf16_d64_r8_2steps", 1, 3, 40, 64, 8, 2, false, false, false, false, at::kBFloat16},
+    {"d64_r16_3steps_shared_fused", 2, 2, 45, 64, 16, 3, true, false, false, CouplingCase::kFused, at::kFloat, 64},
+    {"d128_r8_2steps", 2, 2, 20, 128, 8, 2, false, false, false, CouplingCase::kContiguous, at::kFloat},
+    {"bf16_d64_r8_2steps", 1, 3, 40, 64, 8, 2, false, false, false, CouplingCase::kQFused, at::kBFloat16},
 };
 
-std::string case_name(const ::testing::TestParamInfo<CouplingCase>& info) { return info.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCoupling, ::testing::ValuesIn(kCases), case_name);
-INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCouplingInverse, ::testing::ValuesIn(kInverseCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCoupling, ::testing::Combine(::testing::ValuesIn(kCases), both_run_orders()),
+                         case_and_order_name<CouplingCase>);
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCouplingInverse,
+                         ::testing::Combine(::testing::ValuesIn(kInverseCases), both_run_orders()),
+                         case_and_order_name<CouplingCase>);
 
 }  // namespace
 }  // namespace cqk::emulation

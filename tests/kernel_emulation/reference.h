@@ -2,13 +2,17 @@
 // Independent float64 references for the emulated kernels: the coupling,
 // QK-norm, RoPE and causal attention written with plain ATen ops (autograd
 // gives their gradients), the kernels' parameter structs filled from ATen
-// tensors, and the comparison the tests use.
+// tensors, and what the tests share (the comparison, the parameter names).
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "emulator.h"
 #include "fused_coupling.h"
 
 namespace cqk::emulation {
@@ -55,7 +59,18 @@ at::Tensor reference_causal_attention(const at::Tensor& q, const at::Tensor& k, 
 at::Tensor poisoned_like(const at::Tensor& x);
 
 // Every element of `actual` is finite and max |actual - expected| is at most
-// `tolerance` times max(max |expected|, 1e-3). Fails the current test otherwise.
+// `tolerance` times max(max |expected|, 1e-2) (the floor: an all-zero
+// reference, such as the q gradient of a single token, against float32 rounding).
+// Fails the current test otherwise.
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, double tolerance, const std::string& what);
+
+inline std::ostream& operator<<(std::ostream& os, RunOrder order) { return os << run_order_name(order); }
+
+// Every case runs in both run orders (emulator.h); the test is named "<case>_<order>".
+inline auto both_run_orders() { return ::testing::Values(RunOrder::kAscending, RunOrder::kDescending); }
+template <class Case>
+std::string case_and_order_name(const ::testing::TestParamInfo<std::tuple<Case, RunOrder>>& info) {
+  return std::string(std::get<0>(info.param).name) + "_" + run_order_name(std::get<1>(info.param));
+}
 
 }  // namespace cqk::emulation
