@@ -106,14 +106,30 @@ struct SmemViews {
   }
 };
 
+// Step s's weights of one group, in the torch layout in global memory.
+template <int D, int R>
+__device__ __forceinline__ AffineStepWeights group_step_weights(const AffineCouplingParams& p, int s, int64_t group) {
+  return {p.w1[s] + group * R * D, p.b1[s] + group * R, p.w2[s] + group * 2 * D * R, p.b2[s] + group * 2 * D};
+}
+
+// The same weights read where they are, for a kernel whose shared memory
+// has no room for them (the loads go through L1).
+template <int D, int R>
+struct GlobalViews {
+  const AffineCouplingParams* params;
+  int64_t group;
+  __device__ DenseStepView<D, R> operator()(int s) const {
+    return DenseStepView<D, R>{group_step_weights<D, R>(*params, s, group)};
+  }
+};
+
 // Packs one group's weights of every step into shared memory (PackedStepLayout),
 // the whole block in parallel; the caller synchronises.
 template <int D, int R>
 __device__ void pack_weights(float* smem, const AffineCouplingParams& p, int64_t group) {
   using Layout = PackedStepLayout<D, R>;
   for (int s = 0; s < p.num_steps; ++s) {
-    const AffineStepWeights w{p.w1[s] + group * R * D, p.b1[s] + group * R, p.w2[s] + group * 2 * D * R,
-                              p.b2[s] + group * 2 * D};
+    const AffineStepWeights w = group_step_weights<D, R>(p, s, group);
     for (int o = threadIdx.x; o < Layout::kFloats; o += blockDim.x) smem[s * Layout::kFloats + o] = Layout::gather(w, o);
   }
 }

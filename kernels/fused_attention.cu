@@ -7,7 +7,8 @@
 // forward one pair of it, the backward every pair: below). Tiles
 // of q or k are coupled as they are loaded: a token's D channels over L = D/8
 // lanes, as in fused_coupling.cu, every step in registers with the head's
-// weights packed in shared memory, then RoPE (the partner channel is in lane
+// weights packed in shared memory (read from global memory instead in the
+// backward at head dim 128 with values of 256), then RoPE (the partner channel is in lane
 // l ^ L/2: one shuffle), then the tile goes to shared memory in float32. Only
 // the steps that change the needed vector run (steps_for_keys/_queries).
 // Scores, probabilities and products are SIMT float32: thread (ty, tx) =
@@ -25,6 +26,7 @@
 // over the pairs) in registers; dQ goes to a float32 buffer with atomicAdd. RoPE's transpose is applied in registers (a
 // column's partner column is owned by the same thread), so the outputs are
 // gradients with respect to the coupling's outputs.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -81,8 +83,8 @@ __device__ __forceinline__ float row_max(float v) {
 // Couples tokens t0 .. t0+63 of pair p of head (b, h) and writes q''
 // (Queries) or k'' times `scale` into tile[64][D+1]. Rows past the end are
 // zero. Every thread of the block calls it (the lanes shuffle).
-template <int D, int R, class T, bool Queries>
-__device__ void load_coupled_tile(const CoupledAttentionInputs& in, const FlashGeometry& g, const SmemViews<D, R>& views,
+template <int D, int R, class T, bool Queries, class Views>
+__device__ void load_coupled_tile(const CoupledAttentionInputs& in, const FlashGeometry& g, const Views& views,
                                   int64_t b, int64_t p, int64_t h, int64_t t0, float scale, float* tile) {
   constexpr int L = D / kLaneChannels, G = kThreads / L;
   const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
@@ -147,13 +149,24 @@ __host__ __device__ constexpr int64_t weight_floats(int64_t d, int64_t r, int64_
   return (steps * (3 * d * r + r + 2 * d) + 3) / 4 * 4;
 }
 
-// Packs the weights pair p of head h uses; the caller synchronises.
-template <int D, int R>
-__device__ const float* pack_pair_weights(float* smem, const CoupledAttentionInputs& in, int64_t p, int64_t h) {
-  pack_weights<D, R>(smem, in.coupling,
-                     coupling_weight_group(p, h, in.shape.heads, in.separate_pair_couplings,
-                                           in.coupling.shared_across_heads));
-  return smem;
+// Whether the backward keeps the coupling's weights in shared memory. Not at
+// head dim 128 with values of 256 (differential attention): its tiles alone
+// take 231,424 of the 232,448 bytes a block gets on sm_90, so its lanes read
+// the weights from global memory. The forward always packs them.
+__host__ __device__ constexpr bool backward_weights_in_shared(int64_t dv) { return dv <= 128; }
+
+// The weights pair p of head h uses: packed into shared memory (the caller
+// synchronises before reading them), or read from global memory.
+template <int D, int R, bool Packed>
+__device__ auto pair_weight_views(float* smem, const CoupledAttentionInputs& in, int64_t p, int64_t h) {
+  const int64_t group =
+      coupling_weight_group(p, h, in.shape.heads, in.separate_pair_couplings, in.coupling.shared_across_heads);
+  if constexpr (Packed) {
+    pack_weights<D, R>(smem, in.coupling, group);
+    return SmemViews<D, R>{smem};
+  } else {
+    return GlobalViews<D, R>{&in.coupling, group};
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -173,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
                 b = blockIdx.y / (g.heads * g.pairs);
   const int64_t tile = gridDim.x - 1 - blockIdx.x;  // the longest rows start first
   const T* v = static_cast<const T*>(in.v) + head_offset(in.v_strides, b, h);
-  const SmemViews<D, R> views{pack_pair_weights<D, R>(smem, in, pair, h)};
+  const auto views = pair_weight_views<D, R, /*Packed=*/true>(smem, in, pair, h);
   __syncthreads();
   load_coupled_tile<D, R, T, true>(in, g, views, b, pair, h, tile * kTile, in.softmax_scale * kLog2e, qt);
 
@@ -289,8 +302,9 @@ __global__ void __launch_bounds__(kThreads)
                           PairedRowStrides gos, const float* __restrict__ lse2, const float* __restrict__ delta,
                           float* __restrict__ dq, float* __restrict__ dk, T* __restrict__ dv) {
   constexpr int S = row_stride<D>(), SV = row_stride<DV>(), C = D / kRowThreads, CV = DV / kRowThreads;
+  constexpr bool kPacked = backward_weights_in_shared(DV);
   CQK_DYNAMIC_SHARED(smem);
-  float* qt = smem + weight_floats(D, R, in.coupling.num_steps);
+  float* qt = smem + (kPacked ? weight_floats(D, R, in.coupling.num_steps) : 0);
   float* kt = qt + kTile * S;
   float* vt = kt + kTile * S;
   float* got = vt + kTile * SV;
@@ -309,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t first_row = g.first_row(b, pair, h);
     const T* grad_o_head = grad_o + head_offset(gos, b, pair, h);
     __syncthreads();  // the previous pair's readers are done with the weights and kt
-    const SmemViews<D, R> views{pack_pair_weights<D, R>(smem, in, pair, h)};
+    const auto views = pair_weight_views<D, R, kPacked>(smem, in, pair, h);
     __syncthreads();
     load_coupled_tile<D, R, T, false>(in, g, views, b, pair, h, tile * kTile, 1.0f, kt);
     float dk_acc[kRowsPerThread][C] = {};
@@ -411,8 +425,8 @@ int64_t forward_smem_floats(int64_t d, int64_t dv, int64_t r, int64_t steps) {
 }
 
 int64_t backward_smem_floats(int64_t d, int64_t dv, int64_t r, int64_t steps) {
-  return weight_floats(d, r, steps) + 2 * kTile * (d + 1) + 2 * kTile * (dv + 1) + 2 * kTile * kScoreStride +
-         2 * kTile;
+  return (backward_weights_in_shared(dv) ? weight_floats(d, r, steps) : 0) + 2 * kTile * (d + 1) +
+         2 * kTile * (dv + 1) + 2 * kTile * kScoreStride + 2 * kTile;
 }
 
 void check_cuda(cudaError_t err, const char* what) {
@@ -436,7 +450,7 @@ DeviceInfo validate(ElementType type, const CoupledAttentionInputs& in) {
   require(coupled_attention_shape_supported(s.head_dim, s.value_dim, s.hidden, in.coupling.num_steps),
           "unsupported head_dim " + std::to_string(s.head_dim) + " / value_dim " + std::to_string(s.value_dim) +
               " / hidden " + std::to_string(s.hidden) + " / steps " + std::to_string(in.coupling.num_steps) +
-              " (compiled: 64 / 64 or 128, 128 / 128; 8 or 16; 1..8)");
+              " (compiled: 64 or 128 / head_dim or twice it; 8 or 16; 1..8)");
   require(s.batch >= 0 && s.pairs >= 1 && s.heads >= 1 && s.time >= 0, "bad batch/pairs/heads/time");
   require(s.batch * s.pairs * s.heads <= 65535, "batch * pairs * heads must be at most 65535 (grid y)");
   for (int i = 0; i < in.coupling.num_steps; ++i)
@@ -472,9 +486,7 @@ void dispatch_attention_shape(const AttentionShape& s, ElementType type, F&& f) 
   const CouplingShape coupling{s.batch, s.heads, s.time, s.head_dim, s.hidden};
   dispatch_compiled_shape(coupling, type, "coupled attention", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value;
-    if constexpr (D == 64) {
-      if (s.value_dim == 2 * D) return f(d, std::integral_constant<int, 2 * D>{}, r, tag);
-    }
+    if (s.value_dim == 2 * D) return f(d, std::integral_constant<int, 2 * D>{}, r, tag);
     f(d, d, r, tag);
   });
 }
@@ -482,12 +494,14 @@ void dispatch_attention_shape(const AttentionShape& s, ElementType type, F&& f) 
 }  // namespace
 
 bool coupled_attention_shape_supported(int64_t head_dim, int64_t value_dim, int64_t hidden, int64_t steps) {
-  const bool dims = (head_dim == 64 && (value_dim == 64 || value_dim == 128)) || (head_dim == 128 && value_dim == 128);
+  const bool dims = (head_dim == 64 || head_dim == 128) && (value_dim == head_dim || value_dim == 2 * head_dim);
   return dims && (hidden == 8 || hidden == 16) && steps >= 1 && steps <= AffineCouplingParams::kMaxSteps;
 }
 
 int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t value_dim, int64_t hidden, int64_t steps) {
-  return backward_smem_floats(head_dim, value_dim, hidden, steps) * static_cast<int64_t>(sizeof(float));
+  return std::max(forward_smem_floats(head_dim, value_dim, hidden, steps),
+                  backward_smem_floats(head_dim, value_dim, hidden, steps)) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 bool coupled_attention_supported(int64_t head_dim, int64_t value_dim, int64_t hidden, int64_t steps) {

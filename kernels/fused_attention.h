@@ -50,12 +50,10 @@ struct CoupledAttentionInputs {
   float softmax_scale = 0.0f;  // usually 1 / sqrt(head_dim)
 };
 
-// Shapes the kernels are compiled for: head_dim 64/128 with value_dim equal to
-// it, or head_dim 64 with value_dim 128 (differential attention; its
-// head_dim 128 / value_dim 256 backward needs more shared memory than a block
-// gets), hidden 8/16, 1..kMaxSteps steps.
+// Shapes the kernels are compiled for: head_dim 64/128 with value_dim equal
+// to it or twice it (differential attention), hidden 8/16, 1..kMaxSteps steps.
 bool coupled_attention_shape_supported(int64_t head_dim, int64_t value_dim, int64_t hidden, int64_t steps);
-// Shared memory (bytes) of the larger of the two kernels (the backward).
+// Shared memory (bytes) of the larger of the two kernels.
 int64_t coupled_attention_smem_bytes(int64_t head_dim, int64_t value_dim, int64_t hidden, int64_t steps);
 // The shape is compiled and the current device has the shared memory. False without a device.
 // (The autograd function's backward also runs the coupling's backward kernel:

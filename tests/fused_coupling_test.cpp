@@ -132,7 +132,7 @@ TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
 }
 
 // Differential attention's shapes: q, k [batch, 2, heads, time, d], v [batch, heads, time, 2d].
-TEST(FusedAttention, PairedAppliesToDifferentialShapesWithHeadDim64Only) {
+TEST(FusedAttention, PairedAppliesToDifferentialShapes) {
   const FusedAttentionSwitch on(true);
   const auto options = [](int64_t heads, int64_t d) { return cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, d); };
   cqk::QKCoupling shared(options(2, 64)), separate(options(4, 64)), wrong(options(3, 64)), wide(options(2, 128));
@@ -145,9 +145,11 @@ TEST(FusedAttention, PairedAppliesToDifferentialShapesWithHeadDim64Only) {
   EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*separate, gq, gq, gv)) << "one per pair and head";
   EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wrong, gq, gq, gv)) << "3 coupling heads for 2 x 2";
   EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv.narrow(2, 0, 4))) << "v of another length";
-  // Head dim 128 with values of 256: its backward needs more shared memory than a block gets.
+  // Head dim 128 with values of 256 (its backward reads the coupling's weights from global memory).
   const auto wq = at::randn({1, 2, 2, 8, 128}, at::kCUDA), wv = at::randn({1, 2, 8, 256}, at::kCUDA);
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, wv));
+  EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, wv));
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, at::randn({1, 2, 8, 192}, at::kCUDA)))
+      << "values of 1.5 head dims";
 }
 
 TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {

@@ -420,8 +420,8 @@ inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = 
 
 // Cases of the flash coupled attention: odd and tile-multiple lengths, both
 // head dims, shared weights, strided inputs, both dtypes; differential
-// attention's two pairs with one coupling per head, separate couplings per
-// pair, and one for all.
+// attention's two pairs (head dims 64 and 128) with one coupling per head,
+// separate couplings per pair, and one for all.
 inline std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
@@ -442,7 +442,7 @@ inline std::vector<Case> attention_cases() {
     shared.time = 257;
     shared.strided = true;
     cases.push_back(shared);
-    // Differential attention (head dim 64, value 128): both maps in one launch.
+    // Differential attention (head dim 64, values 128): both maps in one launch.
     Case diff = c;
     diff.pairs = 2;
     diff.strided = true;
@@ -457,6 +457,11 @@ inline std::vector<Case> attention_cases() {
     diff_shared.time = 1;
     diff_shared.hidden = 16;
     cases.push_back(diff_shared);
+    Case diff_wide = separate;  // head dim 128, values 256: the backward reads the weights from global memory
+    diff_wide.head_dim = 128;
+    diff_wide.time = 130;
+    diff_wide.steps = 2;
+    cases.push_back(diff_wide);
   }
   return cases;
 }
