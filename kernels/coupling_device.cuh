@@ -191,4 +191,23 @@ inline bool query_device(DeviceInfo& info) {
   return true;
 }
 
+
+// std::runtime_error "<who>: <what>: <CUDA's message>" unless err is cudaSuccess.
+inline void check_cuda(cudaError_t err, const char* who, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(err));
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (an opt-in above 48 KB);
+// std::invalid_argument "<who>: <shape> needs ..." when the device has fewer.
+inline void allow_dynamic_smem(const void* kernel, int64_t bytes, const DeviceInfo& info, const char* who,
+                               const std::string& shape) {
+  if (bytes > info.smem_optin)
+    throw std::invalid_argument(std::string(who) + ": " + shape + " needs " + std::to_string(bytes) +
+                                " bytes of shared memory per block, the device allows " +
+                                std::to_string(info.smem_optin));
+  if (bytes > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+               who, "cudaFuncSetAttribute");
+}
+
 }  // namespace cqk::kernels

@@ -8,8 +8,9 @@
 // of q or k are coupled as they are loaded: a token's D channels over L = D/8
 // lanes, as in fused_coupling.cu, every step in registers with the head's
 // weights packed in shared memory (read from global memory instead in the
-// backward at head dim 128 with values of 256), then RoPE (the partner channel is in lane
-// l ^ L/2: one shuffle), then the tile goes to shared memory in float32. Only
+// backward at head dim 128 with values of 256), then RoPE (the partner
+// channel is in lane l ^ L/2: one shuffle), then the tile goes to shared
+// memory in float32. Only
 // the steps that change the needed vector run (steps_for_keys/_queries).
 // Scores, probabilities and products are SIMT float32: thread (ty, tx) =
 // (tid / 16, tid % 16) owns rows 4ty..4ty+3 and columns tx + 16c of each
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* grad_o_head = grad_o + head_offset(gos, b, pair, h);
     __syncthreads();  // the previous pair's readers are done with the weights and kt
     const auto views = pair_weight_views<D, R, kPacked>(smem, in, pair, h);
-    __syncthreads();
+    if constexpr (kPacked) __syncthreads();  // the packed weights are complete
     load_coupled_tile<D, R, T, false>(in, g, views, b, pair, h, tile * kTile, 1.0f, kt);
     float dk_acc[kRowsPerThread][C] = {};
     for (int64_t i = causal_first_query_tile(tile); i < query_tiles; ++i) {
@@ -429,13 +430,15 @@ int64_t backward_smem_floats(int64_t d, int64_t dv, int64_t r, int64_t steps) {
          2 * kTile * (dv + 1) + 2 * kTile * kScoreStride + 2 * kTile;
 }
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("coupled attention: ") + what + ": " + cudaGetErrorString(err));
-}
+constexpr const char* kWho = "coupled attention";
 
 void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument("coupled attention: " + what);
+  if (!ok) throw std::invalid_argument(std::string(kWho) + ": " + what);
+}
+
+std::string shape_text(const CoupledAttentionInputs& in) {
+  return "head_dim " + std::to_string(in.shape.head_dim) + ", value_dim " + std::to_string(in.shape.value_dim) +
+         ", hidden " + std::to_string(in.shape.hidden) + ", steps " + std::to_string(in.coupling.num_steps);
 }
 
 // Every (batch, head) and every (pair, head) starts its rows on 16-byte boundaries.
@@ -463,14 +466,6 @@ DeviceInfo validate(ElementType type, const CoupledAttentionInputs& in) {
   DeviceInfo info;
   if (!query_device(info)) throw std::runtime_error("coupled attention: no CUDA device");
   return info;
-}
-
-void set_smem(const void* kernel, int64_t bytes, const DeviceInfo& info) {
-  require(bytes <= info.smem_optin, "needs " + std::to_string(bytes) + " bytes of shared memory per block, the device allows " +
-                                        std::to_string(info.smem_optin));
-  if (bytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               "cudaFuncSetAttribute");
 }
 
 FlashGeometry geometry(const AttentionShape& s) { return {s.batch, s.pairs, s.heads, s.time}; }
@@ -522,11 +517,11 @@ void coupled_attention_forward_cuda(ElementType type, const CoupledAttentionInpu
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = flash_forward_kernel<D, DV, R, T>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem, info);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(in));
     CQK_LAUNCH(kernel, tile_grid(s, s.pairs * s.heads), kThreads, smem, st)(in, geometry(s), static_cast<T*>(o),
                                                                             lse2);
   });
-  check_cuda(cudaGetLastError(), "forward launch");
+  check_cuda(cudaGetLastError(), kWho, "forward launch");
 }
 
 void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInputs& in, const void* o,
@@ -550,13 +545,13 @@ void coupled_attention_backward_cuda(ElementType type, const CoupledAttentionInp
     CQK_LAUNCH(delta_kernel, delta_grid, kThreads, 0, st)(static_cast<const T*>(o), static_cast<const T*>(grad_o),
                                                           grad_o_strides, geometry(s), delta);
     auto kernel = flash_backward_kernel<D, DV, R, T>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem, info);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(in));
     // One block per (batch, head, key tile) for all pairs: see flash_backward_kernel.
     CQK_LAUNCH(kernel, tile_grid(s, s.heads), kThreads, smem, st)(in, geometry(s), static_cast<const T*>(grad_o),
                                                                   grad_o_strides, lse2, delta, dq_coupled,
                                                                   dk_coupled, static_cast<T*>(dv));
   });
-  check_cuda(cudaGetLastError(), "backward launch");
+  check_cuda(cudaGetLastError(), kWho, "backward launch");
 }
 
 }  // namespace cqk::kernels

@@ -277,9 +277,7 @@ int64_t forward_smem_bytes(int64_t d, int64_t r, int64_t steps) {
 
 size_t element_size(ElementType type) { return type == ElementType::BFloat16 ? 2 : 4; }
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("fused coupling: ") + what + ": " + cudaGetErrorString(err));
-}
+constexpr const char* kWho = "fused coupling";
 
 std::string shape_text(const CouplingShape& s, int steps) {
   return "head_dim " + std::to_string(s.head_dim) + ", hidden " + std::to_string(s.hidden) + ", steps " +
@@ -338,16 +336,6 @@ void require_rows_aligned(const void* p, const RowStrides& strides, ElementType 
                                 " must start on 16-byte boundaries (make it contiguous)");
 }
 
-void set_smem(const void* kernel, int64_t bytes, const DeviceInfo& info, const CouplingShape& s, int steps) {
-  if (bytes > info.smem_optin)
-    throw std::invalid_argument("fused coupling: " + shape_text(s, steps) + " needs " + std::to_string(bytes) +
-                                " bytes of shared memory per block, the device allows " +
-                                std::to_string(info.smem_optin));
-  if (bytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               "cudaFuncSetAttribute");
-}
-
 template <bool Inverse>
 void launch_forward(ElementType type, const void* q, const RowStrides& qs, const void* k, const RowStrides& ks,
                     void* q_out, void* k_out, const CouplingShape& s, const AffineCouplingParams& params,
@@ -378,11 +366,11 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = coupling_kernel<D, R, T, Inverse>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(s, params.num_steps));
     CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
                                                  static_cast<T*>(q_out), static_cast<T*>(k_out), work, params, after);
   });
-  check_cuda(cudaGetLastError(), Inverse ? "inverse launch" : "forward launch");
+  check_cuda(cudaGetLastError(), kWho, Inverse ? "inverse launch" : "forward launch");
 }
 
 }  // namespace
@@ -452,13 +440,13 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = after.norm.q ? coupling_backward_kernel<D, R, T, true> : coupling_backward_kernel<D, R, T, false>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem, info, s, params.num_steps);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(s, params.num_steps));
     CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
                                                  static_cast<const T*>(grad_q), grad_q_strides,
                                                  static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
                                                  static_cast<T*>(dk), work, params, grads, after, norm_grads);
   });
-  check_cuda(cudaGetLastError(), "backward launch");
+  check_cuda(cudaGetLastError(), kWho, "backward launch");
 }
 
 }  // namespace cqk::kernels

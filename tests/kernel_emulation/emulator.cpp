@@ -1,26 +1,34 @@
 #include "emulator.h"
 
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <limits>
-#include <memory>
-#include <stdexcept>
-#include <string>
-#include <vector>
 
 namespace cqk::emulation {
 namespace {
 
 constexpr int kWarp = 32;
 constexpr size_t kStackBytes = 256 * 1024;
+// NaN floats after a block's dynamic shared memory; one that changed means a
+// write past its end (a read past it returns NaN).
+constexpr size_t kSharedGuardFloats = 1024;
+constexpr int kDefaultDynamicSharedLimit = 48 * 1024;  // without cudaFuncSetAttribute
 
 // AddressSanitizer follows the stack switches when told (its fiber API); the
 // scheduler's own stack is learnt at the first switch into a fiber.
@@ -44,6 +52,31 @@ void first_entry() {}
   std::abort();
 }
 
+// Fiber stacks, each above a PROT_NONE page so that an overflow faults
+// instead of running into the next stack. Kept for the process.
+class Stacks {
+ public:
+  // Room for `threads` stacks; remaps (invalidating earlier stacks) when it grows.
+  void reserve(size_t threads) {
+    if (threads > count_) grow(threads);
+  }
+  char* get(int thread) const { return base_ + thread * slot() + page(); }
+
+ private:
+  static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  static size_t slot() { return page() + kStackBytes; }
+  void grow(size_t count) {
+    void* p = mmap(nullptr, count * slot(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cuda emulation: no memory for the fiber stacks");
+    for (size_t t = 0; t < count; ++t) mprotect(static_cast<char*>(p) + t * slot(), page(), PROT_NONE);
+    if (base_) munmap(base_, count_ * slot());
+    base_ = static_cast<char*>(p);
+    count_ = count;
+  }
+  char* base_ = nullptr;
+  size_t count_ = 0;
+};
+
 struct Barrier {
   int arrived = 0;
   int64_t generation = 0;
@@ -51,6 +84,7 @@ struct Barrier {
 
 struct Fiber {
   ucontext_t context;
+  char* stack = nullptr;
   dim3 index;
   int linear = 0;
   bool done = false;
@@ -70,13 +104,15 @@ struct Block {
   std::vector<Barrier> warp_barriers;
   std::vector<int> warp_live;
   std::vector<float> shuffle_slots;
-  std::vector<float> shared;
+  std::vector<int> shuffle_masks;
+  std::vector<float> shared;  // the dynamic shared memory, then the guard
+  size_t shared_floats = 0;
   bool progressed = false;
 };
 
 Block* g_block = nullptr;
-std::unique_ptr<char[]> g_stacks;
-size_t g_stack_count = 0;
+Stacks g_stacks;
+std::unordered_map<const void*, int> g_dynamic_shared_limits;  // cudaFuncSetAttribute's, per kernel
 
 Block& block() {
   if (!g_block || !g_block->current) fatal("a device function was called outside an emulated launch");
@@ -125,8 +161,14 @@ void fiber_main() {
   --b.warp_live[self.linear / kWarp];
   release_if_complete(b.block_barrier, b.live);
   release_if_complete(b.warp_barriers[self.linear / kWarp], b.warp_live[self.linear / kWarp]);
-  // Returning resumes uc_link, the scheduler; this fiber's stack is done with.
+  // Leaves for good: nothing may run on this stack after the announced switch.
   before_switch(nullptr, g_scheduler_stack, g_scheduler_stack_size);
+  setcontext(&b.scheduler);
+}
+
+std::string block_name(const Block& b) {
+  return "block (" + std::to_string(b.index.x) + ", " + std::to_string(b.index.y) + ", " +
+         std::to_string(b.index.z) + ")";
 }
 
 void run_block(Block& b) {
@@ -139,19 +181,18 @@ void run_block(Block& b) {
   b.warp_live.assign(warps, kWarp);
   if (threads % kWarp) b.warp_live.back() = threads % kWarp;
   b.shuffle_slots.assign(threads, 0.0f);
+  b.shuffle_masks.assign(threads, 0);
   std::fill(b.shared.begin(), b.shared.end(), std::numeric_limits<float>::quiet_NaN());
-  if (g_stack_count < static_cast<size_t>(threads)) {
-    g_stacks.reset(new char[threads * kStackBytes]);
-    g_stack_count = threads;
-  }
+  g_stacks.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[t];
     f.linear = t;
     f.index = dim3(t % b.dim.x, t / b.dim.x % b.dim.y, t / (b.dim.x * b.dim.y));
+    f.stack = g_stacks.get(t);
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = g_stacks.get() + t * kStackBytes;
+    f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &b.scheduler;
+    f.context.uc_link = nullptr;  // fiber_main leaves through setcontext
     makecontext(&f.context, fiber_main, 0);
   }
   // Each warp in turn runs as far as it can (through its shuffles, up to a
@@ -175,7 +216,7 @@ void run_block(Block& b) {
           ran = true;
           b.current = &f;
           void* fake_stack = nullptr;
-          before_switch(&fake_stack, f.context.uc_stack.ss_sp, f.context.uc_stack.ss_size);
+          before_switch(&fake_stack, f.stack, kStackBytes);
           swapcontext(&b.scheduler, &f.context);
           after_switch(fake_stack);
         }
@@ -183,10 +224,14 @@ void run_block(Block& b) {
     }
     b.current = nullptr;
     if (!b.progressed)
-      throw std::runtime_error("cuda emulation: block (" + std::to_string(b.index.x) + ", " +
-                               std::to_string(b.index.y) + ", " + std::to_string(b.index.z) + ") deadlocked: " +
-                               std::to_string(b.live) + " threads wait at barriers the others never reach");
+      throw std::runtime_error("cuda emulation: " + block_name(b) + " deadlocked: " + std::to_string(b.live) +
+                               " threads wait at barriers the others never reach");
   }
+  for (size_t i = b.shared_floats; i < b.shared.size(); ++i)
+    if (!std::isnan(b.shared[i]))
+      throw std::runtime_error("cuda emulation: " + block_name(b) + " wrote past the end of its " +
+                               std::to_string(b.shared_floats * sizeof(float)) +
+                               " bytes of dynamic shared memory (float " + std::to_string(i) + ")");
 }
 
 }  // namespace
@@ -221,25 +266,41 @@ float shuffle_xor(unsigned mask, float value, int lane_mask) {
   if (lane_mask < 0 || lane_mask >= kWarp) fatal("shuffle lane mask out of range: " + std::to_string(lane_mask));
   ++counters().shuffles;
   b.shuffle_slots[t] = value;
+  b.shuffle_masks[t] = lane_mask;
   wait_at(b, b.warp_barriers[warp], kWarp);
-  const float partner = b.shuffle_slots[warp * kWarp + (lane ^ lane_mask)];
+  const int partner = warp * kWarp + (lane ^ lane_mask);
+  if (b.shuffle_masks[partner] != lane_mask)
+    fatal("lanes " + std::to_string(lane) + " and " + std::to_string(partner % kWarp) + " of warp " +
+          std::to_string(warp) + " meet in shuffles with lane masks " + std::to_string(lane_mask) + " and " +
+          std::to_string(b.shuffle_masks[partner]) + " (divergent shuffles)");
+  const float value_of_partner = b.shuffle_slots[partner];
   wait_at(b, b.warp_barriers[warp], kWarp);  // nobody overwrites a slot before it is read
-  return partner;
+  return value_of_partner;
 }
 
-void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, const std::function<void()>& body) {
+void set_dynamic_shared_limit(const void* kernel, int bytes) { g_dynamic_shared_limits[kernel] = bytes; }
+
+void run_grid(const void* kernel, dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes,
+              const std::function<void()>& body) {
   if (g_block) throw std::logic_error("cuda emulation: a launch inside a launch");
-  if (block_dim.x * block_dim.y * block_dim.z == 0 || block_dim.x * block_dim.y * block_dim.z > 1024)
-    throw std::invalid_argument("cuda emulation: a block needs 1..1024 threads");
-  if (static_cast<int64_t>(dynamic_shared_bytes) > device().smem_optin)
+  const unsigned threads = block_dim.x * block_dim.y * block_dim.z;
+  if (threads == 0 || threads > 1024) throw std::invalid_argument("cuda emulation: a block needs 1..1024 threads");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+    throw std::invalid_argument("cuda emulation: invalid grid (" + std::to_string(grid.x) + ", " +
+                                std::to_string(grid.y) + ", " + std::to_string(grid.z) + ")");
+  const auto limit = g_dynamic_shared_limits.find(kernel);
+  const int64_t allowed = limit == g_dynamic_shared_limits.end() ? kDefaultDynamicSharedLimit : limit->second;
+  if (static_cast<int64_t>(dynamic_shared_bytes) > std::min<int64_t>(allowed, device().smem_optin))
     throw std::invalid_argument("cuda emulation: " + std::to_string(dynamic_shared_bytes) +
-                                " bytes of dynamic shared memory, the device allows " +
+                                " bytes of dynamic shared memory, the kernel may use " + std::to_string(allowed) +
+                                " (cudaFuncSetAttribute) and the device allows " +
                                 std::to_string(device().smem_optin));
   Block b;
   b.grid = grid;
   b.dim = block_dim;
   b.body = &body;
-  b.shared.resize((dynamic_shared_bytes + sizeof(float) - 1) / sizeof(float));
+  b.shared_floats = (dynamic_shared_bytes + sizeof(float) - 1) / sizeof(float);
+  b.shared.resize(b.shared_floats + kSharedGuardFloats);
   ++counters().launches;
   g_block = &b;
   try {

@@ -69,8 +69,14 @@ float* dynamic_shared();
 void sync_block();
 float shuffle_xor(unsigned mask, float value, int lane_mask);
 
-// Runs `body` once per thread of every block of the grid.
-void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+void set_dynamic_shared_limit(const void* kernel, int bytes);
+
+// Runs `body` once per thread of every block of the grid; refuses what a
+// launch of `kernel` would (an empty or oversized grid or block, more than
+// 48 KB of dynamic shared memory without cudaFuncSetAttribute).
+void run_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+              const std::function<void()>& body);
 
 // kernel<<<grid, block, smem>>>(args...) as Launch(kernel, grid, block, smem)(args...).
 template <class... Params>
@@ -82,7 +88,7 @@ class Launch {
   template <class... Args>
   void operator()(Args&&... args) const {
     const std::tuple<Params...> params(std::forward<Args>(args)...);  // converted once, as a launch does
-    run_grid(grid_, block_, smem_, [&] { std::apply(kernel_, params); });
+    run_grid(reinterpret_cast<const void*>(kernel_), grid_, block_, smem_, [&] { std::apply(kernel_, params); });
   }
 
  private:

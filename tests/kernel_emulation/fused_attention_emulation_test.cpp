@@ -13,9 +13,13 @@
 #include "emulator.h"
 #include "fused_attention.h"
 #include "reference.h"
+#include "test_support.h"
+#include "tools/check_support.h"
 
 namespace cqk::emulation {
 namespace {
+
+using fused_check::poisoned;
 
 struct AttentionCase {
   const char* name;
@@ -74,8 +78,8 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
 
   const auto like_q = at::TensorOptions().dtype(c.dtype);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor o = poisoned_like(at::empty({c.batch, c.pairs, c.heads, c.time, c.value_dim}, like_q));
-  at::Tensor lse2 = poisoned_like(at::empty({c.batch, c.pairs, c.heads, c.time}, f32));
+  at::Tensor o = poisoned(at::empty({c.batch, c.pairs, c.heads, c.time, c.value_dim}, like_q));
+  at::Tensor lse2 = poisoned(at::empty({c.batch, c.pairs, c.heads, c.time}, f32));
   const int64_t launches = counters().launches;
   kernels::coupled_attention_forward_cuda(element_type(q), in, o.data_ptr(), lse2.data_ptr<float>(), nullptr);
   EXPECT_EQ(counters().launches, launches + 1);
@@ -106,10 +110,10 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
 
   // Backward, from a strided grad_o.
   const at::Tensor grad_o = paired_view(c, c.value_dim);
-  at::Tensor delta = poisoned_like(lse2);
+  at::Tensor delta = poisoned(lse2);
   at::Tensor dq = at::zeros({c.batch, c.pairs, c.heads, c.time, c.head_dim}, f32);  // added to
-  at::Tensor dk = poisoned_like(dq);
-  at::Tensor dv = poisoned_like(at::empty({c.batch, c.heads, c.time, c.value_dim}, like_q));
+  at::Tensor dk = poisoned(dq);
+  at::Tensor dv = poisoned(at::empty({c.batch, c.heads, c.time, c.value_dim}, like_q));
   kernels::coupled_attention_backward_cuda(element_type(q), in, o.data_ptr(), grad_o.data_ptr(),
                                            paired_strides(grad_o), lse2.data_ptr<float>(), delta.data_ptr<float>(),
                                            dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr(), nullptr);
@@ -145,11 +149,11 @@ const AttentionCase kCases[] = {
     {"vanilla_d64_r8_1step", 2, 1, 1, 33, 64, 64, 8, 1, false, false, true, at::kFloat},
     {"vanilla_d64_r8_one_token", 1, 1, 2, 1, 64, 64, 8, 2, false, false, true, at::kFloat},
     {"vanilla_d128_r8_three_tiles", 1, 1, 1, 192, 128, 128, 8, 2, false, false, true, at::kFloat},
-    {"diff_d64_separate_pairs_rope", 1, 2, 2, 65, 64, 128, 8, 2, true, false, true, at::kFloat},
+    {"diff_d64_separate_pairs_rope", 2, 2, 2, 65, 64, 128, 8, 2, true, false, true, at::kFloat},
     {"diff_d64_shared_pairs", 1, 2, 1, 130, 64, 128, 8, 2, false, false, false, at::kFloat},
-    {"diff_d128_separate_pairs_rope", 1, 2, 2, 70, 128, 256, 8, 2, true, false, true, at::kFloat},
+    {"diff_d128_separate_pairs_rope", 2, 2, 1, 70, 128, 256, 8, 2, true, false, true, at::kFloat},
     {"diff_d128_r16_3steps_shared", 1, 2, 1, 40, 128, 256, 16, 3, false, true, false, at::kFloat},
-    {"bf16_diff_d64_rope", 1, 2, 1, 50, 64, 128, 8, 2, false, false, true, at::kBFloat16},
+    {"bf16_diff_d64_rope", 2, 2, 2, 50, 64, 128, 8, 2, false, false, true, at::kBFloat16},
     {"bf16_diff_d128_rope", 1, 2, 1, 66, 128, 256, 8, 2, false, false, true, at::kBFloat16},
     {"bf16_vanilla_d128_rope", 1, 1, 1, 45, 128, 128, 8, 2, false, false, true, at::kBFloat16},
 };

@@ -4,16 +4,20 @@
 // from the identity, outputs poisoned with NaN before each launch.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <ostream>
 #include <string>
 
 #include "emulator.h"
 #include "fused_coupling.h"
 #include "reference.h"
+#include "test_support.h"
+#include "tools/check_support.h"
 
 namespace cqk::emulation {
 namespace {
+
+using fused_check::poisoned;
+using fused_check::TokensPerBlock;
 
 struct CouplingCase {
   const char* name;
@@ -27,22 +31,6 @@ struct CouplingCase {
   } layout;
   at::ScalarType dtype;
   int64_t tokens_per_block = 0;  // $CQK_FUSED_TOKENS_PER_BLOCK; 0: the launchers' choice
-};
-
-// Sets $CQK_FUSED_TOKENS_PER_BLOCK for the launches in its scope.
-class TokensPerBlock {
- public:
-  explicit TokensPerBlock(int64_t tokens) : set_(tokens > 0) {
-    if (set_) setenv("CQK_FUSED_TOKENS_PER_BLOCK", std::to_string(tokens).c_str(), 1);
-  }
-  ~TokensPerBlock() {
-    if (set_) unsetenv("CQK_FUSED_TOKENS_PER_BLOCK");
-  }
-  TokensPerBlock(const TokensPerBlock&) = delete;
-  TokensPerBlock& operator=(const TokensPerBlock&) = delete;
-
- private:
-  bool set_;
 };
 
 std::ostream& operator<<(std::ostream& os, const CouplingCase& c) { return os << c.name; }
@@ -114,11 +102,11 @@ TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
   auto [q, k] = random_pair(c);
   const auto dense = at::TensorOptions().dtype(c.dtype);
   const std::vector<int64_t> sizes{c.batch, c.heads, c.time, c.head_dim};
-  at::Tensor q_out = poisoned_like(at::empty(sizes, dense)), k_out = poisoned_like(q_out);
+  at::Tensor q_out = poisoned(at::empty(sizes, dense)), k_out = poisoned(q_out);
   at::Tensor q_coupled, k_coupled;
   if (c.qk_norm) {
-    q_coupled = poisoned_like(q_out);
-    k_coupled = poisoned_like(q_out);
+    q_coupled = poisoned(q_out);
+    k_coupled = poisoned(q_out);
     s.after.q_coupled = q_coupled.data_ptr();
     s.after.k_coupled = k_coupled.data_ptr();
   }
@@ -150,7 +138,7 @@ TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
 
   // Backward from (possibly strided) output gradients.
   auto [grad_q, grad_k] = random_pair(c);
-  at::Tensor dq = poisoned_like(q_out), dk = poisoned_like(q_out);
+  at::Tensor dq = poisoned(q_out), dk = poisoned(q_out);
   CouplingWeights grads = zeros_like(s.weights);
   at::Tensor norm_grad_q = at::zeros({c.head_dim}), norm_grad_k = at::zeros({c.head_dim});
   kernels::AfterCoupling after = s.after;
@@ -191,10 +179,10 @@ TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
   auto [q, k] = random_pair(c);
   const auto params = params_of(s.weights, c.shared, kClamp);
   const std::vector<int64_t> sizes{c.batch, c.heads, c.time, c.head_dim};
-  at::Tensor q_out = poisoned_like(at::empty(sizes, q.options())), k_out = poisoned_like(q_out);
+  at::Tensor q_out = poisoned(at::empty(sizes, q.options())), k_out = poisoned(q_out);
   kernels::affine_coupling_forward_cuda(element_type(q), q.data_ptr(), row_strides(q), k.data_ptr(), row_strides(k),
                                         q_out.data_ptr(), k_out.data_ptr(), s.shape, params, {}, nullptr);
-  at::Tensor q_back = poisoned_like(q_out), k_back = poisoned_like(q_out);
+  at::Tensor q_back = poisoned(q_out), k_back = poisoned(q_out);
   kernels::affine_coupling_inverse_cuda(element_type(q), q_out.data_ptr(), row_strides(q_out), k_out.data_ptr(),
                                         row_strides(k_out), q_back.data_ptr(), k_back.data_ptr(), s.shape, params,
                                         nullptr);

@@ -1,19 +1,11 @@
 #pragma once
 // Independent float64 references for the emulated kernels: the coupling,
 // QK-norm, RoPE and causal attention written with plain ATen ops (autograd
-// gives their gradients), the kernels' parameter structs filled from ATen
-// tensors, and what the tests share (the comparison, the parameter names).
+// gives their gradients); none of the kernels' code is used.
 #include <ATen/ATen.h>
-#include <gtest/gtest.h>
 
-#include <ostream>
-#include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
-
-#include "emulator.h"
-#include "fused_coupling.h"
 
 namespace cqk::emulation {
 
@@ -29,21 +21,14 @@ struct CouplingWeights {
 CouplingWeights random_coupling(int steps, int64_t groups, int64_t head_dim, int64_t hidden);
 // Zeroed float32 buffers shaped like `w`, for the weight gradients.
 CouplingWeights zeros_like(const CouplingWeights& w);
-
-kernels::AffineCouplingParams params_of(const CouplingWeights& w, bool shared_across_heads, float clamp);
-kernels::AffineCouplingGrads grads_of(CouplingWeights& g);
-
-// Element strides of a 4-d [batch, heads, time, dim] view (dim contiguous).
-kernels::RowStrides row_strides(const at::Tensor& x);
-kernels::ElementType element_type(const at::Tensor& x);
+// The same weights in float64, with requires_grad when asked.
+CouplingWeights to_double(const CouplingWeights& w, bool requires_grad);
 
 // (q, k) [batch, heads, time, D] after the coupling in float64; head h uses
 // weight group group_of_head[h]. Differentiable in q, k and the weights.
 std::pair<at::Tensor, at::Tensor> reference_coupling(const at::Tensor& q, const at::Tensor& k,
                                                      const CouplingWeights& weights_f64,
                                                      const std::vector<int64_t>& group_of_head, double clamp);
-// The same weights in float64, with requires_grad when asked.
-CouplingWeights to_double(const CouplingWeights& w, bool requires_grad);
 
 // RMSNorm over the last dim with weight w [D].
 at::Tensor reference_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
@@ -54,23 +39,5 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, do
 
 // Causal softmax(q k^T * scale) v over the last two dims.
 at::Tensor reference_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
-
-// A tensor like x filled with NaN: an element the kernel does not write stays NaN.
-at::Tensor poisoned_like(const at::Tensor& x);
-
-// Every element of `actual` is finite and max |actual - expected| is at most
-// `tolerance` times max(max |expected|, 1e-2) (the floor: an all-zero
-// reference, such as the q gradient of a single token, against float32 rounding).
-// Fails the current test otherwise.
-void expect_close(const at::Tensor& actual, const at::Tensor& expected, double tolerance, const std::string& what);
-
-inline std::ostream& operator<<(std::ostream& os, RunOrder order) { return os << run_order_name(order); }
-
-// Every case runs in both run orders (emulator.h); the test is named "<case>_<order>".
-inline auto both_run_orders() { return ::testing::Values(RunOrder::kAscending, RunOrder::kDescending); }
-template <class Case>
-std::string case_and_order_name(const ::testing::TestParamInfo<std::tuple<Case, RunOrder>>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + run_order_name(std::get<1>(info.param));
-}
 
 }  // namespace cqk::emulation

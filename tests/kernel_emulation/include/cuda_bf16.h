@@ -23,7 +23,7 @@ inline float __bfloat162float(__nv_bfloat16 h) {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};  // NaN stays NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fff};  // any NaN: the canonical one, as the device gives
   u += 0x7fffu + ((u >> 16) & 1u);
   return {static_cast<uint16_t>(u >> 16)};
 }

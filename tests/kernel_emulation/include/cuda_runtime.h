@@ -3,6 +3,9 @@
 // the emulator (tests/kernel_emulation/emulator.h): the qualifiers, vector
 // types, intrinsics and the few runtime calls the kernels and their launchers use.
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "emulator.h"
@@ -47,6 +50,10 @@ inline float atomicAdd(float* address, float value) {
 }
 template <class T>
 inline T __ldg(const T* p) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) {
+    std::fprintf(stderr, "cuda emulation: __ldg of a misaligned %zu-byte value\n", sizeof(T));
+    std::abort();
+  }
   return *p;
 }
 
@@ -64,8 +71,10 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, 
   *value = attribute == cudaDevAttrMultiProcessorCount ? d.multiprocessors : d.smem_optin;
   return cudaSuccess;
 }
-inline cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int bytes) {
-  return bytes <= ::cqk::emulation::device().smem_optin ? cudaSuccess : cudaErrorInvalidValue;
+inline cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute, int bytes) {
+  if (bytes > ::cqk::emulation::device().smem_optin) return cudaErrorInvalidValue;
+  ::cqk::emulation::set_dynamic_shared_limit(kernel, bytes);
+  return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t err) { return err == cudaSuccess ? "no error" : "invalid value"; }
