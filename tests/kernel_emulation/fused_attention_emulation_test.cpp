@@ -105,8 +105,10 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
   }
   const at::Tensor o_ref = at::stack(outputs, 1), lse2_ref = at::stack(lses, 1);
   const bool bf16 = c.dtype == at::kBFloat16;
-  expect_close(o, o_ref, bf16 ? 2e-2 : 1e-4, "o");
-  expect_close(lse2, lse2_ref, bf16 ? 1e-2 : 1e-5, "lse2");
+  // Tolerances: about 3x the largest errors measured over the cases (2026-12-03).
+  // lse2 is float32 in both dtypes, from exactly representable inputs.
+  expect_close(o, o_ref, bf16 ? 8e-3 : 1e-5, "o");
+  expect_close(lse2, lse2_ref, 2e-6, "lse2");
 
   // Backward, from a strided grad_o.
   const at::Tensor grad_o = paired_view(c, c.value_dim);
@@ -118,8 +120,10 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
                                            paired_strides(grad_o), lse2.data_ptr<float>(), delta.data_ptr<float>(),
                                            dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr(), nullptr);
   (o_ref * grad_o.to(at::kDouble)).sum().backward();
-  const double tol = bf16 ? 5e-2 : 2e-4;
-  expect_close(delta, (o.to(at::kDouble) * grad_o.to(at::kDouble)).sum(-1), tol, "delta");
+  // dq and dk carry the softmax backward's cancellation p (dp - delta):
+  // measured 6.5e-5 in fp32, against 7.7e-7 for dv.
+  const double tol = bf16 ? 2.5e-2 : 2e-4;
+  expect_close(delta, (o.to(at::kDouble) * grad_o.to(at::kDouble)).sum(-1), 1e-6, "delta");
   std::vector<at::Tensor> dq_ref, dk_ref;
   for (int64_t p = 0; p < c.pairs; ++p) {
     dq_ref.push_back(q_coupled[p].grad());
@@ -127,7 +131,7 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
   }
   expect_close(dq, at::stack(dq_ref, 1), tol, "dq (of the coupled q)");
   expect_close(dk, at::stack(dk_ref, 1), tol, "dk (of the coupled k)");
-  expect_close(dv, vd.grad(), tol, "dv");
+  expect_close(dv, vd.grad(), bf16 ? 1e-2 : 3e-6, "dv");
 }
 
 TEST(EmulatedFlashAttentionLimits, ShapesBeyondTheSharedMemoryAreUnsupported) {

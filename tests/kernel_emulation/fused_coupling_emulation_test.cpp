@@ -86,9 +86,12 @@ at::Tensor reference_after(const at::Tensor& x, const at::Tensor& norm, const Co
   return y;
 }
 
+// About 3x the largest error measured over the cases (2026-12-03): fp32
+// 5.4e-7 forward, 2.6e-6 gradients; bf16 2.4e-3 forward, 1.4e-2 gradients
+// (the weight gradients sum rounded bf16 terms).
 double tolerance(const CouplingCase& c, bool gradient) {
-  if (c.dtype == at::kBFloat16) return gradient ? 4e-2 : 1e-2;
-  return gradient ? 1e-4 : 2e-5;
+  if (c.dtype == at::kBFloat16) return gradient ? 4e-2 : 8e-3;
+  return gradient ? 1e-5 : 2e-6;
 }
 
 class EmulatedCoupling : public ::testing::TestWithParam<std::tuple<CouplingCase, RunOrder>> {};
@@ -186,8 +189,9 @@ TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
   kernels::affine_coupling_inverse_cuda(element_type(q), q_out.data_ptr(), row_strides(q_out), k_out.data_ptr(),
                                         row_strides(k_out), q_back.data_ptr(), k_back.data_ptr(), s.shape, params,
                                         nullptr);
-  // bf16: the forward's rounded outputs go back through exp(-s): a few bf16 steps.
-  const double tol = c.dtype == at::kBFloat16 ? 3e-2 : 1e-5;
+  // bf16: the forward's rounded outputs go back through exp(-s): a few bf16
+  // steps (measured 1.4e-2; fp32 2.2e-6).
+  const double tol = c.dtype == at::kBFloat16 ? 3e-2 : 6e-6;
   expect_close(q_back, q, tol, "inverse(forward(q))");
   expect_close(k_back, k, tol, "inverse(forward(k))");
 }
