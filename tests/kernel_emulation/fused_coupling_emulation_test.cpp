@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ostream>
+#include <stdexcept>
 #include <string>
 
 #include "emulator.h"
@@ -194,6 +195,46 @@ TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
   const double tol = c.dtype == at::kBFloat16 ? 3e-2 : 6e-6;
   expect_close(q_back, q, tol, "inverse(forward(q))");
   expect_close(k_back, k, tol, "inverse(forward(k))");
+}
+
+// The launchers' own checks, which run before any kernel: each bad argument
+// gets std::invalid_argument naming it, and nothing is launched.
+TEST(EmulatedCouplingLaunchers, RefuseBadArgumentsBeforeLaunching) {
+  const CouplingCase c{"d64", 1, 2, 8, 64, 8, 2, false, false, false, CouplingCase::kContiguous, at::kFloat};
+  const CouplingProblem s = make_problem(c);
+  auto [q, k] = random_pair(c);
+  at::Tensor q_out = at::empty_like(q), k_out = at::empty_like(k);
+  const auto params = params_of(s.weights, false, kClamp);
+  const int64_t launches = counters().launches;
+  auto forward = [&](const void* q_data, const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& p,
+                     const kernels::AfterCoupling& after) {
+    kernels::affine_coupling_forward_cuda(element_type(q), q_data, row_strides(q), k.data_ptr(), row_strides(k),
+                                          q_out.data_ptr(), k_out.data_ptr(), shape, p, after, nullptr);
+  };
+  auto message = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const float* misaligned = q.data_ptr<float>() + 1;
+  EXPECT_EQ(message([&] { forward(misaligned, s.shape, params, {}); }),
+            "fused coupling: rows of q must start on 16-byte boundaries (make it contiguous)");
+  kernels::CouplingShape head_dim_32 = s.shape;
+  head_dim_32.head_dim = 32;
+  EXPECT_NE(message([&] { forward(q.data_ptr(), head_dim_32, params, {}); }).find("unsupported head_dim 32"),
+            std::string::npos);
+  kernels::AffineCouplingParams missing = params;
+  missing.w2[1] = nullptr;
+  EXPECT_EQ(message([&] { forward(q.data_ptr(), s.shape, missing, {}); }),
+            "fused coupling: missing weights of step 1");
+  kernels::AfterCoupling cos_only;
+  cos_only.rope.cos = params.b2[0];
+  EXPECT_EQ(message([&] { forward(q.data_ptr(), s.shape, params, cos_only); }),
+            "fused coupling: RoPE needs both tables, cos and sin");
+  EXPECT_EQ(counters().launches, launches);
 }
 
 // Blocks get 32 (D 64) or 16 (D 128) tokens at a time; the emulated device's
