@@ -237,6 +237,28 @@ TEST(EmulatedCouplingLaunchers, RefuseBadArgumentsBeforeLaunching) {
   EXPECT_EQ(counters().launches, launches);
 }
 
+// Under no-grad the attention asks for no coupled outputs (q_coupled null):
+// the QK-norm forward then writes the same q_out and k_out without them.
+TEST(EmulatedCouplingLaunchers, QKNormForwardWithoutKeptOutputs) {
+  const CouplingCase c{"d64_qknorm_rope", 2, 2, 21, 64, 8, 2, false, true, true, CouplingCase::kFused, at::kFloat};
+  const CouplingProblem s = make_problem(c);
+  auto [q, k] = random_pair(c);
+  const auto params = params_of(s.weights, false, kClamp);
+  auto run = [&](bool keep) {
+    at::Tensor q_out = poisoned(q), k_out = poisoned(k), q_coupled = poisoned(q), k_coupled = poisoned(k);
+    kernels::AfterCoupling after = s.after;
+    if (keep) after.q_coupled = q_coupled.data_ptr(), after.k_coupled = k_coupled.data_ptr();
+    kernels::affine_coupling_forward_cuda(element_type(q), q.data_ptr(), row_strides(q), k.data_ptr(),
+                                          row_strides(k), q_out.data_ptr(), k_out.data_ptr(), s.shape, params, after,
+                                          nullptr);
+    return std::make_pair(q_out, k_out);
+  };
+  const auto [q_kept, k_kept] = run(true);
+  const auto [q_alone, k_alone] = run(false);
+  EXPECT_TRUE(at::equal(q_alone, q_kept));
+  EXPECT_TRUE(at::equal(k_alone, k_kept));
+}
+
 // Blocks get 32 (D 64) or 16 (D 128) tokens at a time; the emulated device's
 // few multiprocessors and the times make groups of several blocks, the last
 // one partial; 64 tokens per block makes a block loop over two batches.
