@@ -111,6 +111,7 @@ struct Block {
 };
 
 Block* g_block = nullptr;
+int64_t g_launches = 0;
 Stacks g_stacks;
 std::unordered_map<const void*, int> g_dynamic_shared_limits;  // cudaFuncSetAttribute's, per kernel
 
@@ -241,10 +242,7 @@ DeviceProperties& device() {
   return properties;
 }
 
-Counters& counters() {
-  static Counters c;
-  return c;
-}
+int64_t launch_count() { return g_launches; }
 
 const dim3& thread_index() { return block().current->index; }
 const dim3& block_index() { return block().index; }
@@ -254,7 +252,6 @@ float* dynamic_shared() { return block().shared.data(); }
 
 void sync_block() {
   Block& b = block();
-  ++counters().block_barriers;
   wait_at(b, b.block_barrier, b.live);
 }
 
@@ -264,7 +261,6 @@ float shuffle_xor(unsigned mask, float value, int lane_mask) {
   if (mask != 0xffffffffu) fatal("only full-warp shuffles are emulated");
   if (b.warp_live[warp] != kWarp) fatal("a shuffle in a warp with exited or missing threads");
   if (lane_mask < 0 || lane_mask >= kWarp) fatal("shuffle lane mask out of range: " + std::to_string(lane_mask));
-  ++counters().shuffles;
   b.shuffle_slots[t] = value;
   b.shuffle_masks[t] = lane_mask;
   wait_at(b, b.warp_barriers[warp], kWarp);
@@ -301,14 +297,13 @@ void run_grid(const void* kernel, dim3 grid, dim3 block_dim, size_t dynamic_shar
   b.body = &body;
   b.shared_floats = (dynamic_shared_bytes + sizeof(float) - 1) / sizeof(float);
   b.shared.resize(b.shared_floats + kSharedGuardFloats);
-  ++counters().launches;
+  ++g_launches;
   g_block = &b;
   try {
     const unsigned blocks = grid.x * grid.y * grid.z;
     for (unsigned i = 0; i < blocks; ++i) {
       const unsigned n = device().order == RunOrder::kDescending ? blocks - 1 - i : i;
       b.index = dim3(n % grid.x, n / grid.x % grid.y, n / (grid.x * grid.y));
-      ++counters().blocks;
       run_block(b);
     }
   } catch (...) {

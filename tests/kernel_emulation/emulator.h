@@ -6,11 +6,13 @@
 // A launch runs the grid's blocks one after another. The threads of a block
 // are fibers (ucontext) on the calling thread, switched only at barriers:
 // __syncthreads is a block barrier, a warp shuffle two warp barriers around an
-// exchange through per-thread slots. Dynamic shared memory is filled with NaN
-// before each block, so a read of shared memory no thread wrote shows up as a
-// NaN in the outputs. What it cannot show: data races and anything about
-// timing (warp scheduling is emulated as strict barriers), and out-of-bounds
-// accesses only as far as the caller's buffers are guarded.
+// exchange through per-thread slots. Each warp runs as far ahead of the others
+// as its barriers allow, in ascending or descending order, so a missing
+// __syncthreads between warps shows as a wrong result. Dynamic shared memory
+// is NaN before each block and followed by a checked NaN guard; out-of-bounds
+// global accesses are for ASan (the sanitizer build). What it cannot show:
+// anything about timing, lockstep inside a warp, or the rounding of device
+// intrinsics.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -55,11 +57,8 @@ inline const char* run_order_name(RunOrder order) {
   return order == RunOrder::kAscending ? "ascending" : "descending";
 }
 
-// Counters over the process, for tests that check a launch really ran.
-struct Counters {
-  int64_t launches = 0, blocks = 0, block_barriers = 0, shuffles = 0;
-};
-Counters& counters();
+// Launches run so far in the process, for tests that check a launch really ran.
+int64_t launch_count();
 
 const dim3& thread_index();
 const dim3& block_index();

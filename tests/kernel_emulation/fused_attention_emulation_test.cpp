@@ -80,9 +80,9 @@ TEST_P(EmulatedFlashAttention, ForwardAndBackwardMatchFloat64Autograd) {
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor o = poisoned(at::empty({c.batch, c.pairs, c.heads, c.time, c.value_dim}, like_q));
   at::Tensor lse2 = poisoned(at::empty({c.batch, c.pairs, c.heads, c.time}, f32));
-  const int64_t launches = counters().launches;
+  const int64_t launches = launch_count();
   kernels::coupled_attention_forward_cuda(element_type(q), in, o.data_ptr(), lse2.data_ptr<float>(), nullptr);
-  EXPECT_EQ(counters().launches, launches + 1);
+  EXPECT_EQ(launch_count(), launches + 1);
 
   // The reference: per pair, the coupling (no gradient: the kernels' backward
   // stops at the coupled q and k), then RoPE and causal attention from leaves.

@@ -115,10 +115,10 @@ TEST_P(EmulatedCoupling, ForwardAndBackwardMatchFloat64Autograd) {
     s.after.k_coupled = k_coupled.data_ptr();
   }
   const auto params = params_of(s.weights, c.shared, kClamp);
-  const int64_t launches = counters().launches;
+  const int64_t launches = launch_count();
   kernels::affine_coupling_forward_cuda(element_type(q), q.data_ptr(), row_strides(q), k.data_ptr(), row_strides(k),
                                         q_out.data_ptr(), k_out.data_ptr(), s.shape, params, s.after, nullptr);
-  EXPECT_EQ(counters().launches, launches + 1);
+  EXPECT_EQ(launch_count(), launches + 1);
 
   // The reference, from the same (possibly bf16-rounded) inputs.
   const at::Tensor qd = q.to(at::kDouble).detach().set_requires_grad(true);
@@ -205,7 +205,7 @@ TEST(EmulatedCouplingLaunchers, RefuseBadArgumentsBeforeLaunching) {
   auto [q, k] = random_pair(c);
   at::Tensor q_out = at::empty_like(q), k_out = at::empty_like(k);
   const auto params = params_of(s.weights, false, kClamp);
-  const int64_t launches = counters().launches;
+  const int64_t launches = launch_count();
   auto forward = [&](const void* q_data, const kernels::CouplingShape& shape, const kernels::AffineCouplingParams& p,
                      const kernels::AfterCoupling& after) {
     kernels::affine_coupling_forward_cuda(element_type(q), q_data, row_strides(q), k.data_ptr(), row_strides(k),
@@ -234,7 +234,7 @@ TEST(EmulatedCouplingLaunchers, RefuseBadArgumentsBeforeLaunching) {
   cos_only.rope.cos = params.b2[0];
   EXPECT_EQ(message([&] { forward(q.data_ptr(), s.shape, params, cos_only); }),
             "fused coupling: RoPE needs both tables, cos and sin");
-  EXPECT_EQ(counters().launches, launches);
+  EXPECT_EQ(launch_count(), launches);
 }
 
 // Under no-grad the attention asks for no coupled outputs (q_coupled null):
