@@ -191,7 +191,6 @@ inline bool query_device(DeviceInfo& info) {
   return true;
 }
 
-
 // std::runtime_error "<who>: <what>: <CUDA's message>" unless err is cudaSuccess.
 inline void check_cuda(cudaError_t err, const char* who, const char* what) {
   if (err != cudaSuccess) throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(err));

@@ -7,12 +7,14 @@
 #include "coupling_math.cuh"
 #include "cqk/coupling.h"
 #include "gradient_check.h"
+#include "tensor_compare.h"
 
 namespace {
 
 using cqk::CouplingKind;
 using cqk::CouplingOptions;
 using cqk::QKCoupling;
+using cqk::testing::max_relative_error;
 
 const CouplingKind kLearnedKinds[] = {CouplingKind::Affine, CouplingKind::NonInvertible, CouplingKind::Uncoupled,
                                       CouplingKind::Dynamics};
@@ -26,10 +28,6 @@ CouplingOptions options(CouplingKind kind, int64_t heads = 3, int64_t dim = 8) {
 void randomise(QKCoupling& coupling, double scale = 0.3) {
   at::NoGradGuard no_grad;
   for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * scale);
-}
-
-double max_relative_error(const at::Tensor& actual, const at::Tensor& expected) {
-  return ((actual - expected).abs().max() / expected.abs().max()).item<double>();
 }
 
 TEST(Coupling, EveryKindIsExactlyTheIdentityAtInit) {

@@ -21,6 +21,7 @@
 #include "cqk/rope.h"
 #include "flash_math.cuh"
 #include "rope_math.cuh"
+#include "tensor_compare.h"
 
 namespace {
 
@@ -156,9 +157,9 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::matmul(at::softmax(scores, -1), v);
 }
 
+// Floored at 1: where every expected entry is 0 (one visible key: no gradient to q or k), the error is absolute.
 double max_relative_error(const at::Tensor& actual, const at::Tensor& expected) {
-  // Floored at 1: where every expected entry is 0 (one visible key: no gradient to q or k), the error is absolute.
-  return ((actual - expected).abs().max() / expected.abs().max().clamp_min(1.0)).item<double>();
+  return cqk::testing::max_relative_error(actual, expected, /*floor=*/1.0);
 }
 
 class FlashMath : public ::testing::TestWithParam<int64_t> {};

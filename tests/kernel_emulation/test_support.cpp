@@ -1,6 +1,6 @@
 #include "test_support.h"
 
-#include <algorithm>
+#include "tensor_compare.h"
 
 namespace cqk::emulation {
 
@@ -41,9 +41,8 @@ void expect_close(const at::Tensor& actual, const at::Tensor& expected, double t
   const int64_t bad = (~at::isfinite(a)).sum().item<int64_t>();
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.numel() << " elements are not finite (unwritten?)";
   if (bad) return;
-  const double scale = std::max(e.abs().max().item<double>(), 1e-2);
-  const double error = (a - e).abs().max().item<double>();
-  EXPECT_LE(error, tolerance * scale) << what << ": max error " << error << " against max |expected| " << scale;
+  const double error = cqk::testing::max_relative_error(a, e, /*floor=*/1e-2);
+  EXPECT_LE(error, tolerance) << what << ": max |error| / max(max |expected|, 1e-2) is " << error;
 }
 
 }  // namespace cqk::emulation
