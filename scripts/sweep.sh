@@ -12,7 +12,8 @@
 #   - otherwise: `cqk train CONFIG --set run.seed=S --run-dir DIR [--set ...]`.
 # Visible GPUs (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`) each run one
 # job at a time, with CUDA_VISIBLE_DEVICES set to that GPU; without a GPU the
-# jobs run one after another. A job's output goes to DIR/sweep.log (the trainer
+# jobs run one after another, or --cpu-jobs N at a time (each with N-th of the
+# cores as train.threads unless --set gives it). A job's output goes to DIR/sweep.log (the trainer
 # also writes DIR/train.log and DIR/metrics.jsonl). At the end `cqk stats OUT`
 # prints the table and writes OUT/stats.md and OUT/stats.csv.
 #
@@ -29,7 +30,9 @@ usage: scripts/sweep.sh [options] CONFIG|FOLDER...
   --out DIR          sweep folder (default: runs/sweep)
   --set KEY=VALUE    config override for new runs (repeatable), e.g. --set train.steps=2000
   --gpus LIST        GPU indices to use, e.g. 0,1 (default: CUDA_VISIBLE_DEVICES or all of nvidia-smi -L);
-                     "none" runs on one CPU slot
+                     "none" runs on the CPU
+  --cpu-jobs N       without a GPU: N runs at a time, each with train.threads = cores / N
+                     (default 1; on 2 cores, 2 one-thread runs finish sooner than 1 two-thread run)
   --compare V:B      pair for cqk stats (repeatable; default: its automatic coupled-vs-base pairs)
   --no-stats         do not run cqk stats at the end
   --dry-run          print what each job would do, run nothing
@@ -46,6 +49,7 @@ seeds_arg="1"
 out="runs/sweep"
 gpus_arg=""
 gpus_given=0
+cpu_jobs=1
 stats=1
 dry_run=0
 overrides=()
@@ -63,6 +67,8 @@ while [[ $# -gt 0 ]]; do
     --gpus=*) gpus_arg="${1#*=}"; gpus_given=1; shift ;;
     --compare) [[ $# -ge 2 ]] || die "--compare needs VARIANT:BASE"; compares+=("$2"); shift 2 ;;
     --compare=*) compares+=("${1#*=}"); shift ;;
+    --cpu-jobs) [[ $# -ge 2 ]] || die "--cpu-jobs needs a number"; cpu_jobs="$2"; shift 2 ;;
+    --cpu-jobs=*) cpu_jobs="${1#*=}"; shift ;;
     --no-stats) stats=0; shift ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -72,6 +78,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#inputs[@]} -gt 0 ]] || { usage >&2; die "no config given"; }
+[[ "$cpu_jobs" =~ ^[1-9][0-9]*$ ]] || die "--cpu-jobs '$cpu_jobs': expected a positive number"
 for o in "${overrides[@]}"; do
   [[ "$o" == *=* ]] || die "--set '$o': expected KEY=VALUE"
   [[ "$o" != run.seed=* && "$o" != run.dir=* ]] || die "--set $o: the sweep sets run.seed and the run folder itself"
@@ -131,7 +138,7 @@ for config in "${configs[@]}"; do
   done
 done
 
-# Slots: one per visible GPU, or a single CPU slot ("").
+# Slots: one per visible GPU, or --cpu-jobs CPU slots ("").
 slots=()
 if [[ $gpus_given -eq 1 ]]; then
   [[ "$gpus_arg" == none ]] || IFS=',' read -r -a slots <<<"$gpus_arg"
@@ -144,8 +151,13 @@ fi
 cpu_only=0
 if [[ ${#slots[@]} -eq 0 ]]; then
   cpu_only=1
-  slots=("")
+  for ((j = 0; j < cpu_jobs; ++j)); do slots+=(""); done
+  # Parallel CPU runs share the cores instead of each taking all of them.
+  if (( cpu_jobs > 1 )) && ! printf '%s\n' "${overrides[@]}" | grep -q '^train\.threads='; then
+    overrides+=("train.threads=$(( $(nproc) / cpu_jobs > 0 ? $(nproc) / cpu_jobs : 1 ))")
+  fi
 fi
+cpu_slots_text() { (( cpu_jobs == 1 )) && echo "the CPU, one at a time" || echo "the CPU, $cpu_jobs at a time"; }
 
 # What a job does now: skip, resume or train (from the state of its folder).
 job_action() {  # DIR
@@ -157,7 +169,7 @@ job_action() {  # DIR
 
 if [[ $dry_run -eq 1 ]]; then
   echo "sweep: ${#jobs[@]} runs (${#configs[@]} configs x ${#seeds[@]} seeds) in $out on" \
-       "$([[ $cpu_only -eq 1 ]] && echo "the CPU, one at a time" || echo "GPUs ${slots[*]}")"
+       "$([[ $cpu_only -eq 1 ]] && cpu_slots_text || echo "GPUs ${slots[*]}")"
   for job in "${jobs[@]}"; do
     IFS=$'\t' read -r config tag seed <<<"$job"
     dir="$out/$tag/seed$seed"
@@ -246,7 +258,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
 }
 
 log "${#jobs[@]} runs (${#configs[@]} configs x ${#seeds[@]} seeds) in $out on" \
-    "$([[ $cpu_only -eq 1 ]] && echo "the CPU, one at a time" || echo "${#slots[@]} GPU(s): ${slots[*]}")"
+    "$([[ $cpu_only -eq 1 ]] && cpu_slots_text || echo "${#slots[@]} GPU(s): ${slots[*]}")"
 for slot in "${slots[@]}"; do
   worker "$slot" &
   worker_pids+=($!)

@@ -278,8 +278,12 @@ TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
   std::ofstream(coupled) << "inherit: grid.yaml\nrun:\n  name: grid-affine\nmodel:\n  attention:\n    coupling:\n"
                             "      kind: affine\n";
   const std::string out = tmp / "sweep";
-  const auto sweep = run_command(sweep_command(tmp.path(), "1-3", out, shell_quote(base) + " " + shell_quote(coupled)));
+  // Two CPU runs at a time, as the real-text study runs on two cores.
+  const auto sweep = run_command(sweep_command(tmp.path(), "1-3", out, shell_quote(base) + " " + shell_quote(coupled)) +
+                                 " --cpu-jobs 2");
   ASSERT_EQ(sweep.exit_code, 0) << sweep.out;
+  EXPECT_NE(sweep.out.find("6 runs (2 configs x 3 seeds) in " + out + " on the CPU, 2 at a time"), std::string::npos)
+      << sweep.out;
   EXPECT_NE(sweep.out.find("6 finished, 0 already finished"), std::string::npos) << sweep.out;
 
   // stats.csv: one row per variant with three seeds, and the automatic pair.
@@ -319,6 +323,7 @@ TEST(Sweep, RejectsBadUsage) {
   EXPECT_EQ(run_command(script + " --seeds x " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
   EXPECT_EQ(run_command(script + " --set run.seed=3 " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
   EXPECT_EQ(run_command(script + " /no/such/config.yaml").exit_code, 2);
+  EXPECT_EQ(run_command(script + " --cpu-jobs 0 " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
   // Two configs that would share a run folder.
   cqk::testing::TempDir tmp("cqk-sweep-usage");
   fs::create_directories(tmp / "a/x");
