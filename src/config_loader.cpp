@@ -137,6 +137,8 @@ std::vector<Field> describe(TrainConfig& c) {
           key("grad_accum", c.grad_accum, at_least(1)),
           key("decay_norms_and_biases", c.decay_norms_and_biases),
           key("decay_embeddings", c.decay_embeddings),
+          key("coupling_lr_scale", c.coupling_lr_scale, above(0)),
+          key("decay_coupling", c.decay_coupling),
           key("eval_every", c.eval_every, at_least(1)),
           key("eval_batches", c.eval_batches, at_least(0)),
           key("log_every", c.log_every, at_least(1)),

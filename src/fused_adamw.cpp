@@ -4,6 +4,7 @@
 
 #include <map>
 #include <tuple>
+#include <utility>
 
 namespace cqk {
 
@@ -16,6 +17,19 @@ struct FusedBatch {
 };
 
 }  // namespace
+
+FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+                       std::vector<double> lr_scales)
+    : AdamW(std::move(groups), std::move(defaults)), lr_scales_(std::move(lr_scales)) {
+  TORCH_CHECK(lr_scales_.size() == param_groups().size(), "FusedAdamW: ", lr_scales_.size(), " lr scales for ",
+              param_groups().size(), " parameter groups");
+}
+
+void FusedAdamW::set_learning_rate(double lr) {
+  auto& groups = param_groups();
+  for (size_t i = 0; i < groups.size(); ++i)
+    static_cast<torch::optim::AdamWOptions&>(groups[i].options()).lr(lr * (i < lr_scales_.size() ? lr_scales_[i] : 1.0));
+}
 
 at::Tensor FusedAdamW::step(LossClosure closure) {
   for (const auto& group : param_groups())

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -94,26 +95,41 @@ bool use_bf16(const TrainConfig& train, const c10::Device& device) {
 
 // Decoupled weight decay on matrices only; embeddings, norms, biases and the
 // identity-initialised MTA parameters are left alone unless the config says so.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
-  std::vector<at::Tensor> decay, no_decay;
+std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
+  // Groups by (weight decay, lr scale); the first two always exist, so a run
+  // without coupling settings keeps the two groups its checkpoints hold.
+  struct Group {
+    bool decayed;
+    double lr_scale;
+    std::vector<at::Tensor> params;
+  };
+  std::vector<Group> groups{{true, 1.0, {}}, {false, 1.0, {}}};
   for (const auto& item : model->named_parameters()) {
     const auto& name = item.key();
     const bool embedding = name.rfind("embedding.", 0) == 0;
+    const bool coupling = name.find(".coupling.") != std::string::npos;
     const bool matrix = item.value().dim() >= 2 && !embedding && name.find("mta_") == std::string::npos;
-    const bool decayed = matrix || (embedding && train.decay_embeddings) ||
-                         (!matrix && !embedding && train.decay_norms_and_biases);
-    (decayed ? decay : no_decay).push_back(item.value());
+    const bool decayed = (!coupling || train.decay_coupling) &&
+                         (matrix || (embedding && train.decay_embeddings) ||
+                          (!matrix && !embedding && train.decay_norms_and_biases));
+    const double lr_scale = coupling ? train.coupling_lr_scale : 1.0;
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const Group& g) { return g.decayed == decayed && g.lr_scale == lr_scale; });
+    if (group == groups.end()) group = groups.insert(groups.end(), Group{decayed, lr_scale, {}});
+    group->params.push_back(item.value());
   }
-  const auto options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr)
-                                                            .betas({train.beta1, train.beta2})
-                                                            .eps(train.eps)
-                                                            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(train.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<FusedAdamW>(groups, torch::optim::AdamWOptions(train.lr));
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  std::vector<double> lr_scales;
+  for (auto& g : groups) {
+    auto options = std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr * g.lr_scale)
+                                                                    .betas({train.beta1, train.beta2})
+                                                                    .eps(train.eps)
+                                                                    .weight_decay(g.decayed ? train.weight_decay : 0.0));
+    param_groups.emplace_back(std::move(g.params), std::move(options));
+    lr_scales.push_back(g.lr_scale);
+  }
+  return std::make_unique<FusedAdamW>(std::move(param_groups), torch::optim::AdamWOptions(train.lr),
+                                      std::move(lr_scales));
 }
 
 double clip_gradient_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
@@ -129,10 +145,6 @@ double clip_gradient_norm(const std::vector<at::Tensor>& parameters, double max_
 }
 
 namespace {
-
-void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
 
 std::string default_run_dir(const Config& config) {
   if (!config.run.dir.empty()) return config.run.dir;
@@ -318,7 +330,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   while (state.step < config.train.steps) {
     crash_rank_for_test_if_requested(dist.rank(), state.step);
     const double lr = learning_rate(config.train, state.step);
-    set_learning_rate(*optimizer, lr);
+    optimizer->set_learning_rate(lr);
     optimizer->zero_grad();
     double loss_value = 0.0;
     for (int64_t micro = 0; micro < config.train.grad_accum; ++micro) {

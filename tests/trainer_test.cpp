@@ -316,6 +316,55 @@ TEST(Trainer, ClipGradientNormMatchesTorchAndSkipsTheNoOpScaling) {
   EXPECT_GT(cqk::clip_gradient_norm(ours, 0.0), 0.0);  // 0: measure only
 }
 
+// The coupling's optimizer settings: by default its parameters share the two
+// usual groups; with an lr scale and no decay they get a group of their own,
+// which the schedule's lr reaches scaled.
+TEST(Trainer, CouplingParametersTakeTheirOwnLearningRateScaleAndDecay) {
+  const auto group_of = [](const torch::optim::Optimizer& optimizer, const at::Tensor& p) {
+    const auto& groups = optimizer.param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (const auto& q : groups[g].params())
+        if (q.is_same(p)) return static_cast<int>(g);
+    return -1;
+  };
+  const auto options = [](const torch::optim::Optimizer& optimizer, int g) {
+    return static_cast<const torch::optim::AdamWOptions&>(optimizer.param_groups()[static_cast<size_t>(g)].options());
+  };
+  // vocab_size is otherwise resolved from the data when training starts.
+  const auto coupling_config = tiny_run_config({"model.attention.coupling.kind=affine", "train.lr=0.01",
+                                                "model.vocab_size=32"});
+  {
+    cqk::TransformerLM model(coupling_config.model);
+    const auto optimizer = cqk::make_optimizer(model, coupling_config.train);
+    ASSERT_EQ(optimizer->param_groups().size(), 2u);
+    for (const auto& item : model->named_parameters())
+      if (item.key().find(".coupling.") != std::string::npos) EXPECT_EQ(group_of(*optimizer, item.value()), 0);
+  }
+  auto config = tiny_run_config({"model.attention.coupling.kind=affine", "train.lr=0.01", "model.vocab_size=32",
+                                 "train.coupling_lr_scale=10.0", "train.decay_coupling=false"});
+  cqk::TransformerLM model(config.model);
+  const auto optimizer = cqk::make_optimizer(model, config.train);
+  ASSERT_EQ(optimizer->param_groups().size(), 3u);
+  int coupling_parameters = 0;
+  for (const auto& item : model->named_parameters()) {
+    const bool coupling = item.key().find(".coupling.") != std::string::npos;
+    const int g = group_of(*optimizer, item.value());
+    if (coupling) {
+      ++coupling_parameters;
+      EXPECT_EQ(g, 2) << item.key();
+    } else {
+      EXPECT_LT(g, 2) << item.key();
+    }
+  }
+  EXPECT_EQ(coupling_parameters, 2 * 4 * config.model.layers);  // 2 steps x (w1, b1, w2, b2) per layer
+  EXPECT_DOUBLE_EQ(options(*optimizer, 2).weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(options(*optimizer, 0).weight_decay(), config.train.weight_decay);
+  optimizer->set_learning_rate(0.5);
+  EXPECT_DOUBLE_EQ(options(*optimizer, 0).lr(), 0.5);
+  EXPECT_DOUBLE_EQ(options(*optimizer, 1).lr(), 0.5);
+  EXPECT_DOUBLE_EQ(options(*optimizer, 2).lr(), 5.0);
+}
+
 TEST(Trainer, ExitCodesFollowTheOutcome) {
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Finished), 0);
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Paused), 0);

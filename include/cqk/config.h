@@ -81,6 +81,8 @@ struct TrainConfig {
   int64_t grad_accum = 1;
   bool decay_norms_and_biases = false;
   bool decay_embeddings = false;
+  double coupling_lr_scale = 1.0;     // the coupling's parameters train at lr times this
+  bool decay_coupling = true;         // weight decay on the coupling's matrices (as on other matrices)
   int64_t eval_every = 100;
   int64_t eval_batches = 20;          // 0: the whole split
   int64_t log_every = 10;

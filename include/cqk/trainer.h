@@ -10,6 +10,7 @@
 
 #include "cqk/batch_source.h"
 #include "cqk/config.h"
+#include "cqk/fused_adamw.h"
 #include "cqk/model.h"
 
 namespace cqk {
@@ -46,9 +47,12 @@ Config load_run_config(const std::string& run_dir);
 Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
                     const c10::Device& device);
 
-// The trainer's AdamW (FusedAdamW): two groups, decoupled weight decay on matrices only
-// (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr train.lr.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
+// The trainer's AdamW (FusedAdamW): decoupled weight decay on matrices only
+// (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr
+// train.lr; the coupling's parameters take train.coupling_lr_scale times the
+// lr and are decayed only with train.decay_coupling (their own groups when
+// these differ from the rest).
+std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
 
 // The global L2 norm of the parameters' gradients; when it exceeds max_norm
 // (> 0; 0 or less: never), the gradients are scaled by max_norm / (norm + 1e-6),
