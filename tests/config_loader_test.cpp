@@ -198,6 +198,14 @@ TEST(ConfigLoader, ConfigWrongTypesNameTheKey) {
   for (const auto& [yaml, message] : cases) EXPECT_HAS(load_error(yaml), message);
 }
 
+// A long value keeps its start and its end; the middle gives way.
+TEST(ConfigLoader, ConfigLongValuesAreCutInTheMiddle) {
+  const std::string value = "start-" + std::string(100, 'x') + "-end";
+  EXPECT_HAS(load_error("run:\n  seed: " + value + "\n"),
+             "run.seed: expected an integer, got 'start-" + std::string(24, 'x') + "..." + std::string(26, 'x') +
+                 "-end'");
+}
+
 TEST(ConfigLoader, ConfigIntegersAcceptIntegralFloatLiterals) {
   const cqk::Config c = cqk::load_config_string("data:\n  recall:\n    train_examples: 1e5\n  seq_len: 128.0\n", "t");
   EXPECT_EQ(c.data.recall.train_examples, 100000);
