@@ -11,6 +11,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,27 @@
 #include "cqk/coupling.h"
 #include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
+#include "test_io.h"
 #include "tools/fused_check.h"
 
 namespace {
 
 using cqk::fused_check::Case;
+
+// A GPU check must say Skipped where it cannot run: a bare `return` before its
+// GPU half would report it Passed with nothing tested. This looks for such
+// returns in every test source.
+TEST(GpuTests, SkipRatherThanReturnWithoutAGpu) {
+  const std::regex early_return(R"(if\s*\(\s*!\s*[\w:]*(is_available|_built)\(\)\s*\)\s*return\b)");
+  const std::string tests = std::string(CQK_SOURCE_DIR) + "/tests";
+  for (const std::string folder : {tests, tests + "/kernel_emulation"}) {
+    for (const auto& name : cqk::testing::folder_entries(folder)) {
+      if (name.size() < 4 || name.compare(name.size() - 4, 4, ".cpp") != 0) continue;
+      EXPECT_FALSE(std::regex_search(cqk::testing::read_file(folder + "/" + name), early_return))
+          << folder << "/" << name << ": GTEST_SKIP() instead of returning early (CQK_REQUIRE_GPU)";
+    }
+  }
+}
 
 #define CQK_REQUIRE_GPU()                                                                             \
   do {                                                                                                \
@@ -116,17 +133,26 @@ class FusedAttentionSwitch {
   bool was_;
 };
 
-// Runs without a GPU: the dispatch guard of cqk::Attention.
-TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
+// The dispatch guards of cqk::Attention: CPU tensors (no GPU needed), then
+// the couplings and shapes the flash path takes on CUDA.
+TEST(FusedAttention, NeverAppliesToCpuTensors) {
   const FusedAttentionSwitch on(true);
   cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
   const auto q = at::randn({1, 2, 8, 64});
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, q, q, q)) << "CPU tensors";
-  if (!torch::cuda::is_available()) return;
+  const auto paired_q = at::randn({1, 2, 2, 8, 64}), paired_v = at::randn({1, 2, 8, 128});
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*affine, paired_q, paired_q, paired_v))
+      << "CPU tensors, differential shapes";
+}
+
+TEST(FusedAttention, AppliesOnlyToAffineCouplingsOfMatchingShapes) {
+  CQK_REQUIRE_GPU();
+  const FusedAttentionSwitch on(true);
+  cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
   cqk::QKCoupling none(cqk::CouplingOptions(cqk::CouplingKind::None, 2, 64));
   affine->to(at::kCUDA);
   none->to(at::kCUDA);
-  const auto g = q.to(at::kCUDA);
+  const auto g = at::randn({1, 2, 8, 64}, at::kCUDA);
   EXPECT_TRUE(cqk::fused_coupled_attention_applies(*affine, g, g, g));
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*none, g, g, g));
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g.narrow(2, 0, 4))) << "v of another length";
@@ -136,14 +162,12 @@ TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
 
 // Differential attention's shapes: q, k [batch, 2, heads, time, d], v [batch, heads, time, 2d].
 TEST(FusedAttention, PairedAppliesToDifferentialShapes) {
+  CQK_REQUIRE_GPU();
   const FusedAttentionSwitch on(true);
   const auto options = [](int64_t heads, int64_t d) { return cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, d); };
   cqk::QKCoupling shared(options(2, 64)), separate(options(4, 64)), wrong(options(3, 64)), wide(options(2, 128));
-  const auto q = at::randn({1, 2, 2, 8, 64}), v = at::randn({1, 2, 8, 128});
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, q, q, v)) << "CPU tensors";
-  if (!torch::cuda::is_available()) return;
   for (auto* c : {&shared, &separate, &wrong, &wide}) (*c)->to(at::kCUDA);
-  const auto gq = q.to(at::kCUDA), gv = v.to(at::kCUDA);
+  const auto gq = at::randn({1, 2, 2, 8, 64}, at::kCUDA), gv = at::randn({1, 2, 8, 128}, at::kCUDA);
   EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv)) << "one coupling per head";
   EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*separate, gq, gq, gv)) << "one per pair and head";
   EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wrong, gq, gq, gv)) << "3 coupling heads for 2 x 2";
