@@ -11,6 +11,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <limits>
 #include <regex>
 #include <string>
 #include <vector>
@@ -39,6 +40,28 @@ TEST(GpuTests, SkipRatherThanReturnWithoutAGpu) {
           << folder << "/" << name << ": GTEST_SKIP() instead of returning early (CQK_REQUIRE_GPU)";
     }
   }
+}
+
+// The GPU checks' comparison, which runs anywhere: a reference below the floor
+// (the exactly zero q gradient of attention over one token) against float32
+// rounding passes; a real error, a wrong value or an unwritten element fails.
+TEST(FusedCheck, ComparisonFloorsTheReferenceMagnitude) {
+  using cqk::fused_check::detail::compare;
+  const auto zero = at::zeros({4, 64}, at::kDouble);
+  cqk::fused_check::Result rounding;
+  compare(rounding, "dq", at::full({4, 64}, 1e-7), zero, 2e-4);
+  EXPECT_TRUE(rounding.ok) << rounding.report;
+  EXPECT_NEAR(rounding.worst, 1e-5, 1e-9) << "1e-7 against the floor of 1e-2";
+  cqk::fused_check::Result wrong;
+  compare(wrong, "dq", at::full({4, 64}, 1e-4), zero, 2e-4);
+  EXPECT_FALSE(wrong.ok) << wrong.report;
+  cqk::fused_check::Result large;  // above the floor the error is relative to max |reference|
+  compare(large, "o", at::full({3}, 101.0), at::full({3}, 100.0), 2e-2);
+  EXPECT_TRUE(large.ok) << large.report;
+  EXPECT_DOUBLE_EQ(large.worst, 1e-2);
+  cqk::fused_check::Result unwritten;
+  compare(unwritten, "o", at::full({3}, std::numeric_limits<double>::quiet_NaN()), at::zeros({3}), 1.0);
+  EXPECT_FALSE(unwritten.ok) << unwritten.report;
 }
 
 #define CQK_REQUIRE_GPU()                                                                             \
@@ -222,10 +245,8 @@ void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tens
                   const std::string& context) {
   ASSERT_EQ(got.size(), want.size()) << context;
   for (size_t i = 0; i < want.size(); ++i) {
-    const double err =
-        ((got[i] - want[i]).abs().max() / want[i].abs().max().clamp_min(1e-30)).item<double>();
-    EXPECT_LT(err, tolerance) << context << ", tensor " << i
-                              << " (0: output, 1: input gradient, then parameter gradients)";
+    EXPECT_LT(cqk::testing::max_relative_error(got[i], want[i]), tolerance)
+        << context << ", tensor " << i << " (0: output, 1: input gradient, then parameter gradients)";
   }
 }
 
