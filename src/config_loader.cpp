@@ -184,10 +184,21 @@ ConfigError config_error(std::string message) {
   return ConfigError(message);
 }
 
+// A value as shown in a message: one longer than 60 bytes keeps its start and
+// its end (where a typo is as likely), cut between UTF-8 characters.
 std::string quote(const std::string& text) {
-  constexpr size_t kMax = 60;
-  return "'" + (text.size() > kMax ? text.substr(0, kMax) + "..." : text) + "'";
+  constexpr size_t kMax = 60, kKeep = kMax / 2;
+  if (text.size() <= kMax) return "'" + text + "'";
+  const auto continuation = [&](size_t i) { return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  size_t head = kKeep, tail = text.size() - kKeep;
+  while (head > 0 && continuation(head)) --head;
+  while (tail < text.size() && continuation(tail)) ++tail;
+  return "'" + text.substr(0, head) + "..." + text.substr(tail) + "'";
 }
+
+// A file name as shown in a message: whole, however deep the folder, since
+// a shortened one may no longer say which file.
+std::string quote_path(const std::string& path) { return "'" + path + "'"; }
 
 std::string describe_node(const YAML::Node& node) {
   switch (node.Type()) {
@@ -446,7 +457,7 @@ void load_file(Config& config, const std::string& path, Chain& chain, const Orig
   }
   std::string text, why;
   if (!read_text(path, text, why)) {
-    if (parent != nullptr) parent->fail("inherit", "cannot read " + quote(path) + ": " + why, parent_node);
+    if (parent != nullptr) parent->fail("inherit", "cannot read " + quote_path(path) + ": " + why, parent_node);
     throw config_error(path + ": cannot read config file: " + why);
   }
   chain.emplace_back(canonical, path);

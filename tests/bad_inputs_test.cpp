@@ -33,6 +33,7 @@ using cqk::testing::CommandResult;
 using cqk::testing::folder_entries;
 using cqk::testing::read_file;
 using cqk::testing::run_command;
+using cqk::testing::shell_quote;
 using cqk::testing::TempDir;
 using cqk::testing::write_file;
 
@@ -324,6 +325,26 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, BadInput, ::testing::ValuesIn(load_cases()), case_name);
+
+// The inherit-missing case from a folder over 150 characters deep, as in a
+// deeply nested clone: the one error line names the missing file in full.
+TEST(BadInputs, MissingBaseFileIsNamedInFullFromADeepFolder) {
+  TempDir tmp("cqk-bad-input"), scratch("cqk-bad-input-scratch");
+  std::string deep = tmp.path();
+  while (deep.size() < 160) {
+    deep += "/a-folder-name-of-some-length";
+    ASSERT_EQ(::mkdir(deep.c_str(), 0755), 0) << deep;
+  }
+  write_file(deep + "/inherit-missing.yaml", read_file(kCorpus + "/inherit-missing.yaml"));
+  const CommandResult r = run_tool("train " + shell_quote(deep + "/inherit-missing.yaml") +
+                                       " --set run.dir=" + shell_quote(tmp / "run"),
+                                   tmp.path(), scratch.path());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const auto lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_NE(lines[0].find("inherit: cannot read '" + deep + "/no-such-base.yaml': "), std::string::npos)
+      << lines[0];
+}
 
 // Every file of the corpus is used by a case, and case names are unique.
 TEST(BadInputs, EveryCorpusFileIsUsedOnce) {

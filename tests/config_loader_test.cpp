@@ -65,8 +65,8 @@ TEST(ConfigLoader, EmptyDocumentGivesStructDefaults) {
   const cqk::Config d;
   EXPECT_EQ(cqk::to_yaml(c), cqk::to_yaml(d));
   EXPECT_EQ(c.model.width, 128);
-  EXPECT_EQ(c.model.attention.coupling.kind, "none");
-  EXPECT_DOUBLE_EQ(c.train.lr, 3e-3);
+  EXPECT_EQ(c.model.attention.coupling.kind, "affine");
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_NO_THROW(cqk::validate(d));
 }
 
@@ -80,6 +80,13 @@ TEST(ConfigLoader, EmbeddedDefaultParsesAndValidates) {
   const cqk::Config from_file = cqk::load_config(std::string(CQK_SOURCE_DIR) + "/configs/default.yaml");
   EXPECT_EQ(cqk::config_hash(c), cqk::config_hash(from_file));
   EXPECT_EQ(cqk::default_config({"train.steps=7"}).train.steps, 7);
+}
+
+// The defaults of cqk/config.h are configs/default.yaml's values, every key
+// of them: a config file that leaves a key out gets what `cqk train` without a
+// file gets.
+TEST(ConfigLoader, StructDefaultsAreTheEmbeddedDefault) {
+  EXPECT_EQ(cqk::to_yaml(cqk::Config{}), cqk::to_yaml(cqk::default_config()));
 }
 
 // Every key of the struct is written out explicitly in the default file.
@@ -196,6 +203,14 @@ TEST(ConfigLoader, ConfigWrongTypesNameTheKey) {
       {"train:\n  lr: 1.0\n  lr: 2.0\n", "train.lr: duplicate key"},
   };
   for (const auto& [yaml, message] : cases) EXPECT_HAS(load_error(yaml), message);
+}
+
+// A long value keeps its start and its end; the middle gives way.
+TEST(ConfigLoader, ConfigLongValuesAreCutInTheMiddle) {
+  const std::string value = "start-" + std::string(100, 'x') + "-end";
+  EXPECT_HAS(load_error("run:\n  seed: " + value + "\n"),
+             "run.seed: expected an integer, got 'start-" + std::string(24, 'x') + "..." + std::string(26, 'x') +
+                 "-end'");
 }
 
 TEST(ConfigLoader, ConfigIntegersAcceptIntegralFloatLiterals) {

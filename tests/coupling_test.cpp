@@ -7,7 +7,7 @@
 #include "coupling_math.cuh"
 #include "cqk/coupling.h"
 #include "gradient_check.h"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include "cqk/rope.h"
 #include "kernel_arguments.h"
 #include "simd/simd_variants.h"
-#include "tensor_compare.h"
 #include "test_io.h"
+#include "tools/tensor_compare.h"
 
 // The CPU kernel of the affine coupling (src/simd/) against the ATen path in
 // float64: outputs, input gradients and every weight gradient, on fresh random

@@ -21,7 +21,7 @@
 #include "cqk/rope.h"
 #include "flash_math.cuh"
 #include "rope_math.cuh"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 namespace {
 

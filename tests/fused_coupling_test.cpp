@@ -11,6 +11,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <limits>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -18,11 +20,49 @@
 #include "cqk/coupling.h"
 #include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
+#include "test_io.h"
 #include "tools/fused_check.h"
 
 namespace {
 
 using cqk::fused_check::Case;
+
+// A GPU check must say Skipped where it cannot run: a bare `return` before its
+// GPU half would report it Passed with nothing tested. This looks for such
+// returns in every test source.
+TEST(GpuTests, SkipRatherThanReturnWithoutAGpu) {
+  const std::regex early_return(R"(if\s*\(\s*!\s*[\w:]*(is_available|_built)\(\)\s*\)\s*return\b)");
+  const std::string tests = std::string(CQK_SOURCE_DIR) + "/tests";
+  for (const std::string folder : {tests, tests + "/kernel_emulation"}) {
+    for (const auto& name : cqk::testing::folder_entries(folder)) {
+      if (name.size() < 4 || name.compare(name.size() - 4, 4, ".cpp") != 0) continue;
+      EXPECT_FALSE(std::regex_search(cqk::testing::read_file(folder + "/" + name), early_return))
+          << folder << "/" << name << ": GTEST_SKIP() instead of returning early (CQK_REQUIRE_GPU)";
+    }
+  }
+}
+
+// The GPU checks' comparison, which runs anywhere: a reference below the floor
+// (the exactly zero q gradient of attention over one token) against float32
+// rounding passes; a real error, a wrong value or an unwritten element fails.
+TEST(FusedCheck, ComparisonFloorsTheReferenceMagnitude) {
+  using cqk::fused_check::detail::compare;
+  const auto zero = at::zeros({4, 64}, at::kDouble);
+  cqk::fused_check::Result rounding;
+  compare(rounding, "dq", at::full({4, 64}, 1e-7), zero, 2e-4);
+  EXPECT_TRUE(rounding.ok) << rounding.report;
+  EXPECT_NEAR(rounding.worst, 1e-5, 1e-9) << "1e-7 against the floor of 1e-2";
+  cqk::fused_check::Result wrong;
+  compare(wrong, "dq", at::full({4, 64}, 1e-4), zero, 2e-4);
+  EXPECT_FALSE(wrong.ok) << wrong.report;
+  cqk::fused_check::Result large;  // above the floor the error is relative to max |reference|
+  compare(large, "o", at::full({3}, 101.0), at::full({3}, 100.0), 2e-2);
+  EXPECT_TRUE(large.ok) << large.report;
+  EXPECT_DOUBLE_EQ(large.worst, 1e-2);
+  cqk::fused_check::Result unwritten;
+  compare(unwritten, "o", at::full({3}, std::numeric_limits<double>::quiet_NaN()), at::zeros({3}), 1.0);
+  EXPECT_FALSE(unwritten.ok) << unwritten.report;
+}
 
 #define CQK_REQUIRE_GPU()                                                                             \
   do {                                                                                                \
@@ -116,17 +156,26 @@ class FusedAttentionSwitch {
   bool was_;
 };
 
-// Runs without a GPU: the dispatch guard of cqk::Attention.
-TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
+// The dispatch guards of cqk::Attention: CPU tensors (no GPU needed), then
+// the couplings and shapes the flash path takes on CUDA.
+TEST(FusedAttention, NeverAppliesToCpuTensors) {
   const FusedAttentionSwitch on(true);
   cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
   const auto q = at::randn({1, 2, 8, 64});
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, q, q, q)) << "CPU tensors";
-  if (!torch::cuda::is_available()) return;
+  const auto paired_q = at::randn({1, 2, 2, 8, 64}), paired_v = at::randn({1, 2, 8, 128});
+  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*affine, paired_q, paired_q, paired_v))
+      << "CPU tensors, differential shapes";
+}
+
+TEST(FusedAttention, AppliesOnlyToAffineCouplingsOfMatchingShapes) {
+  CQK_REQUIRE_GPU();
+  const FusedAttentionSwitch on(true);
+  cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
   cqk::QKCoupling none(cqk::CouplingOptions(cqk::CouplingKind::None, 2, 64));
   affine->to(at::kCUDA);
   none->to(at::kCUDA);
-  const auto g = q.to(at::kCUDA);
+  const auto g = at::randn({1, 2, 8, 64}, at::kCUDA);
   EXPECT_TRUE(cqk::fused_coupled_attention_applies(*affine, g, g, g));
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*none, g, g, g));
   EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g.narrow(2, 0, 4))) << "v of another length";
@@ -136,14 +185,12 @@ TEST(FusedAttention, NeverAppliesToCpuTensorsOrOtherCouplings) {
 
 // Differential attention's shapes: q, k [batch, 2, heads, time, d], v [batch, heads, time, 2d].
 TEST(FusedAttention, PairedAppliesToDifferentialShapes) {
+  CQK_REQUIRE_GPU();
   const FusedAttentionSwitch on(true);
   const auto options = [](int64_t heads, int64_t d) { return cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, d); };
   cqk::QKCoupling shared(options(2, 64)), separate(options(4, 64)), wrong(options(3, 64)), wide(options(2, 128));
-  const auto q = at::randn({1, 2, 2, 8, 64}), v = at::randn({1, 2, 8, 128});
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, q, q, v)) << "CPU tensors";
-  if (!torch::cuda::is_available()) return;
   for (auto* c : {&shared, &separate, &wrong, &wide}) (*c)->to(at::kCUDA);
-  const auto gq = q.to(at::kCUDA), gv = v.to(at::kCUDA);
+  const auto gq = at::randn({1, 2, 2, 8, 64}, at::kCUDA), gv = at::randn({1, 2, 8, 128}, at::kCUDA);
   EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv)) << "one coupling per head";
   EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*separate, gq, gq, gv)) << "one per pair and head";
   EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wrong, gq, gq, gv)) << "3 coupling heads for 2 x 2";
@@ -198,10 +245,8 @@ void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tens
                   const std::string& context) {
   ASSERT_EQ(got.size(), want.size()) << context;
   for (size_t i = 0; i < want.size(); ++i) {
-    const double err =
-        ((got[i] - want[i]).abs().max() / want[i].abs().max().clamp_min(1e-30)).item<double>();
-    EXPECT_LT(err, tolerance) << context << ", tensor " << i
-                              << " (0: output, 1: input gradient, then parameter gradients)";
+    EXPECT_LT(cqk::testing::max_relative_error(got[i], want[i]), tolerance)
+        << context << ", tensor " << i << " (0: output, 1: input gradient, then parameter gradients)";
   }
 }
 

@@ -21,7 +21,7 @@
 #include "coupling_math.cuh"
 #include "qk_norm_math.cuh"
 #include "cqk/coupling.h"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 namespace {
 

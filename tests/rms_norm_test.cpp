@@ -5,7 +5,7 @@
 
 #include "cqk/rms_norm.h"
 #include "simd/rms_norm_cpu.h"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 // RMSNorm's kernel path against the formula through autograd in float64: the
 // output and the gradients of x and of the weight, on fresh random inputs.

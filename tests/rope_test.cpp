@@ -7,7 +7,7 @@
 
 #include "cqk/rope.h"
 #include "simd/rope_cpu.h"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 // apply_rope's CPU kernel against the ATen formula in float64 (apply_rope
 // itself on float64 tensors, which take the ATen ops), through autograd.

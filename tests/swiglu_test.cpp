@@ -5,7 +5,7 @@
 
 #include "cqk/swiglu.h"
 #include "simd/swiglu_cpu.h"
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 // cqk::swiglu against silu(gate) * up through autograd in float64: the value
 // and both gradients, on fresh random inputs.

@@ -1,6 +1,6 @@
 #include "test_support.h"
 
-#include "tensor_compare.h"
+#include "tools/tensor_compare.h"
 
 namespace cqk::emulation {
 
