@@ -2,7 +2,9 @@
 # GPU check of the fused coupling and flash attention kernels (docs/KERNELS.md),
 # in one call on a machine with a GPU, under 8 minutes: builds cqk, runs the GPU
 # tests, times 150M training steps with and without coupling (issue 9), prints
-# the kernel benchmark table last.
+# the kernel benchmark table last. It builds on the GPU machine, so it needs
+# the build's dependencies (or network) and minutes there: for a new GPU
+# machine, the prebuilt bundle of scripts/gpu_bundle.sh is the way to check.
 #
 #   scripts/gpu_check.sh                 the check (on the GPU machine)
 #   scripts/gpu_check.sh --standalone    skip the full build: kernels/standalone only

@@ -52,6 +52,13 @@ TEST(BuildInfo, ReportsVersions) {
   EXPECT_EQ(info.cqk_version.substr(0, 2), "0.");
   EXPECT_EQ(info.torch_version.substr(0, 2), "2.");
   EXPECT_NE(cqk::describe(info).find("cpu threads"), std::string::npos);
+#ifdef CQK_WITH_CUDA
+  // The GPU check's first stage (scripts/gpu_bundle/run.sh) reads these without a device too.
+  EXPECT_FALSE(info.kernel_architectures.empty());
+  EXPECT_FALSE(info.cuda_runtime.empty());
+  EXPECT_FALSE(info.cudnn.empty());
+  EXPECT_EQ(info.gpus.size(), static_cast<size_t>(info.gpus_visible));
+#endif
 }
 
 }  // namespace
