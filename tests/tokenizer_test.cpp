@@ -139,6 +139,22 @@ TEST(Tokenizer, EncodeDecodeRoundTripWithByteFallback) {
   EXPECT_EQ(tokenizer.decode({tokenizer.newline_id()}), "\n");
 }
 
+TEST(Tokenizer, PieceByteLengthsAddUpToTheTextsBytes) {
+  const cqk::Tokenizer tokenizer(tiny_model().string());
+  const auto lengths = tokenizer.piece_byte_lengths();
+  ASSERT_EQ(lengths.size(), 400u);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.bos_id())], 0);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.eos_id())], 0);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.newline_id())], 1);
+  // Multi-byte characters the model never saw become several byte pieces.
+  for (const std::string text : {" the prestion kaloming , shita . ", "naïve café — Zürich, 東京 🙂\n", "  a\tb  \n\n"}) {
+    const auto ids = tokenizer.encode(text);
+    std::size_t bytes = 0;
+    for (const int id : ids) bytes += static_cast<std::size_t>(lengths[static_cast<std::size_t>(id)]);
+    EXPECT_EQ(bytes, text.size()) << text;
+  }
+}
+
 TEST(Tokenizer, ChecksumIsFnv1aOfTheModelFile) {
   const cqk::Tokenizer tokenizer(tiny_model().string());
   const auto bytes = read_file(tiny_model());
