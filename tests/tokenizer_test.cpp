@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,10 +23,12 @@
 #include "cqk/token_file.h"
 #include "cqk/tokenizer.h"
 #include "test_io.h"
+#include "word_count.h"
 
 namespace {
 
 using cqk::testing::read_file;
+using cqk::testing::reference_word_count;
 using cqk::testing::shell_quote;
 namespace fs = std::filesystem;
 
@@ -252,6 +256,7 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
   EXPECT_NE(output.find("lines/s"), std::string::npos) << output;
 
   const cqk::Tokenizer tokenizer(model.string());
+  const auto meta = nlohmann::json::parse(read_file(out / "meta.json"));
   for (const char* split : {"train", "valid", "test"}) {
     const cqk::TokenFile file((out / (std::string(split) + ".bin")).string(), tokenizer.checksum());
     EXPECT_EQ(file.vocab_size(), 500);
@@ -260,9 +265,12 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
     std::string text = read_file(corpus / ("wiki." + std::string(split) + ".raw"));
     if (text.back() != '\n') text += '\n';  // every encoded line ends with the newline token
     EXPECT_EQ(tokenizer.decode(std::vector<int>(ids.begin(), ids.end())), text) << split;
+    const auto& counts = meta["splits"][split];
+    EXPECT_EQ(counts["tokens"].get<int64_t>(), file.size()) << split;
+    EXPECT_EQ(counts["bytes"].get<int64_t>(), static_cast<int64_t>(text.size())) << split;
+    EXPECT_EQ(counts["words"].get<int64_t>(), reference_word_count(text)) << split;
   }
   EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
-  EXPECT_TRUE(fs::exists(out / "meta.json"));
 
   // A token file checked against another tokenizer is refused.
   EXPECT_THROW(cqk::TokenFile((out / "train.bin").string(), tokenizer.checksum() ^ 1), std::runtime_error);

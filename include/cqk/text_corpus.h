@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cqk {
@@ -32,6 +33,12 @@ inline const char* const kCorpusSplits[] = {"train", "valid", "test"};
 // Detects the layout of `dir`; throws std::runtime_error naming the folder and
 // every accepted file set when none is complete.
 TextCorpus detect_corpus(const std::string& dir);
+
+// The words a line counts for word-level perplexity, the WikiText convention:
+// its whitespace-separated words (ASCII whitespace) plus one for the line's
+// end (the <eos> WikiText counts). Meaningful for word-tokenized text such as
+// wiki.*.tokens, where it gives the word counts the literature divides by.
+int64_t line_words(std::string_view line);
 
 // Files to train a tokenizer on: a single folder means its corpus's training
 // split; otherwise each argument must be a readable text file.
