@@ -110,7 +110,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
 EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, const std::string& out_dir, int jobs) {
   fs::create_directories(out_dir);
   nlohmann::json meta = {{"format", corpus.format},
-                         {"source", fs::absolute(corpus.dir.empty() ? corpus.train : corpus.dir).string()},
+                         {"source", fs::absolute(corpus.dir.empty() ? corpus.valid : corpus.dir).string()},
                          {"tokenizer", fs::absolute(tokenizer.path()).string()},
                          {"tokenizer_checksum", checksum_hex(tokenizer.checksum())},  // FNV-1a 64 of the .model
                          {"vocab_size", tokenizer.vocab_size()},
@@ -119,6 +119,7 @@ EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, 
   std::map<std::string, std::pair<std::string, EncodeStats>> encoded;  // text file -> (token file, its stats)
   for (const char* split : kCorpusSplits) {
     const std::string& input = corpus.split(split);
+    if (input.empty()) continue;  // an evaluation-only corpus has no train split
     const auto output = (fs::path(out_dir) / (std::string(split) + ".bin")).string();
     const std::string text_file = fs::weakly_canonical(input).string();
     EncodeStats stats;

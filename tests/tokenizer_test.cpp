@@ -276,6 +276,36 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
   EXPECT_THROW(cqk::TokenFile((out / "train.bin").string(), tokenizer.checksum() ^ 1), std::runtime_error);
 }
 
+TEST(DataCommand, ASingleFileMakesAnEvaluationOnlyFolder) {
+  TempDir dir;
+  const std::string text = generated_text(120, 5) + "naïve 東京\n";
+  write_text(dir.path / "wiki.valid.tokens", text);
+  const auto out = dir.path / "ood";
+  std::string output;
+  ASSERT_EQ(run(std::string(CQK_TOOL) + " data encode --input " + shell_quote((dir.path / "wiki.valid.tokens").string()) +
+                    " --tokenizer " + shell_quote(tiny_model().string()) + " --out " + shell_quote(out.string()),
+                &output),
+            0)
+      << output;
+  EXPECT_FALSE(fs::exists(out / "train.bin"));
+  EXPECT_EQ(read_file(out / "valid.bin"), read_file(out / "test.bin"));
+  EXPECT_EQ(read_file(out / "tokenizer.model"), read_file(tiny_model()));
+  const cqk::Tokenizer tokenizer(tiny_model().string());
+  const cqk::TokenFile file((out / "valid.bin").string(), tokenizer.checksum());
+  std::vector<int32_t> ids(static_cast<std::size_t>(file.size()));
+  file.read(0, file.size(), ids.data());
+  EXPECT_EQ(tokenizer.decode(std::vector<int>(ids.begin(), ids.end())), text);
+
+  const auto meta = nlohmann::json::parse(read_file(out / "meta.json"));
+  EXPECT_EQ(meta["format"], "evaluation-only");
+  EXPECT_FALSE(meta["splits"].contains("train"));
+  for (const char* split : {"valid", "test"}) {
+    EXPECT_EQ(meta["splits"][split]["tokens"].get<int64_t>(), file.size());
+    EXPECT_EQ(meta["splits"][split]["bytes"].get<int64_t>(), static_cast<int64_t>(text.size()));
+    EXPECT_EQ(meta["splits"][split]["words"].get<int64_t>(), reference_word_count(text));
+  }
+}
+
 TEST(DataCommand, ErrorsAreOneLineAndNonZero) {
   TempDir dir;
   std::string output;

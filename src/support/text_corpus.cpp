@@ -78,6 +78,14 @@ TextCorpus detect_corpus(const std::string& dir) {
                            " (in the folder or one subfolder)");
 }
 
+TextCorpus evaluation_corpus(const std::string& file) {
+  if (!is_file(file)) throw std::runtime_error("evaluation text " + file + " does not exist or is not a file");
+  TextCorpus corpus;
+  corpus.format = "evaluation-only";
+  corpus.valid = corpus.test = file;
+  return corpus;
+}
+
 int64_t line_words(std::string_view line) {
   int64_t words = 1;  // the line's end
   bool in_word = false;
