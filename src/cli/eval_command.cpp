@@ -1,10 +1,9 @@
-// `cqk eval RUN_DIR_OR_CHECKPOINT`: perplexity, loss and accuracy of a trained
-// checkpoint on the validation or test split of its run's data.
+// `cqk eval RUN_DIR_OR_CHECKPOINT`: the evaluation metrics (evaluation.h) of a
+// trained checkpoint on the validation or test split of its run's data.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
@@ -17,6 +16,7 @@
 #include "cqk/batch_source.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/evaluation_report.h"
 #include "cqk/log.h"
 #include "cqk/model.h"
 #include "cqk/runtime.h"
@@ -110,18 +110,14 @@ void add_eval_command(CLI::App& app) {
     const auto device = model->parameters().front().device();
     const Split split = args->split == "test" ? Split::Test : Split::Valid;
     auto source = make_batch_source(config.data, config.run.seed);
-    const auto result = evaluate(model, *source, split, args->batches, device);
+    const auto result = evaluate(model, *source, split, args->batches, device, target_tables(*source));
     if (args->json) {
-      const nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},
-                                   {"split", args->split},     {"batches", args->batches},
-                                   {"loss", result.loss},      {"ppl", result.perplexity},
-                                   {"accuracy", result.accuracy}, {"tokens", result.tokens}};
+      nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},          {"split", args->split},
+                             {"batches", args->batches}, {"data", config.data.dir}};
+      line.update(evaluation_json(result));
       std::cout << line.dump() << "\n";
     } else {
-      char text[256];
-      std::snprintf(text, sizeof text, "%s: ppl %.6f | loss %.6f | accuracy %.4f | tokens %lld", args->split.c_str(),
-                    result.perplexity, result.loss, result.accuracy, static_cast<long long>(result.tokens));
-      std::cout << text << " (" << checkpoint << ", step " << step << ")\n";
+      std::cout << args->split << ": " << describe(result) << " (" << checkpoint << ", step " << step << ")\n";
     }
     exit_status() = 0;
   });
