@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Plots a sweep's runs as PNGs: training loss vs tokens per variant with a band
-over seeds, and final validation/test perplexity per variant with error bars.
+over seeds, and final validation/test perplexity per variant with error bars
+(and bits per byte, when the runs trained on text and report it).
 
 Run directories are found as `cqk stats` finds them: each RUN_DIR is a run
 (holding results.json or metrics.jsonl) or a folder with runs one or two levels
 below. Runs are grouped by the "name" in results.json; runs without it
-(unfinished) are skipped with a note.
+(unfinished) are skipped with a note, and so is a run without a plotted metric
+in that metric's plot (results.json from before the metric existed).
 
     $CQK_VENV/bin/python scripts/plot_runs.py runs/sweep --out plots/
 """
@@ -57,7 +59,8 @@ def read_metrics(path):
         except json.JSONDecodeError as error:
             print(f"plot_runs: {path}:{number}: skipped ({error})", file=sys.stderr)
             continue
-        if "tokens" in row and "loss" in row:
+        # Evaluation lines (valid_loss, ...) carry no "loss": training rows only.
+        if isinstance(row, dict) and "tokens" in row and "loss" in row:
             rows.append(row)
     return rows
 
@@ -73,7 +76,7 @@ def load_variants(roots):
         try:
             results = json.loads(results_path.read_text())
             name = results["name"]
-        except (json.JSONDecodeError, KeyError) as error:
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
             sys.exit(f"plot_runs: {results_path}: {error!r}")
         run = {"dir": run_dir, "results": results, "metrics": read_metrics(run_dir / "metrics.jsonl")}
         variants.setdefault(name, []).append(run)
@@ -138,28 +141,48 @@ def plot_loss(variants, out, band, smooth):
     plt.close(fig)
 
 
-def plot_ppl(variants, out):
-    names = list(variants)
+# Final metrics with a bar plot: file, axis label, and where results.json keeps
+# the valid and test values (cqk's evaluation_report.h).
+FINAL_METRICS = (
+    ("ppl_bars.png", "perplexity", lambda results, split: results.get(f"{split}_ppl")),
+    ("bpb_bars.png", "bits per byte", lambda results, split: (results.get(split) or {}).get("bpb")),
+)
+
+
+def final_values(runs, value_of, split):
+    """The metric of each run that reports it as a number."""
+    values = [value_of(run["results"], split) for run in runs]
+    return np.array([v for v in values if isinstance(v, (int, float))], dtype=float)
+
+
+def plot_final(variants, out, label, value_of):
+    """Bars of the valid and test values per variant (mean ± sd over seeds).
+    Returns False, writing nothing, when no run reports the metric."""
+    names = [n for n in variants if any(len(final_values(variants[n], value_of, s)) for s in ("valid", "test"))]
+    if not names:
+        return False
     x = np.arange(len(names))
     width = 0.38
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names) + 2), 5))
-    for offset, metric in ((-width / 2, "valid_ppl"), (width / 2, "test_ppl")):
-        values = [np.array([run["results"][metric] for run in variants[n]], dtype=float) for n in names]
-        means = [v.mean() for v in values]
+    shown = []
+    for offset, split in ((-width / 2, "valid"), (width / 2, "test")):
+        values = [final_values(variants[n], value_of, split) for n in names]
+        means = [v.mean() if len(v) else np.nan for v in values]
         sds = [v.std(ddof=1) if len(v) > 1 else 0.0 for v in values]
-        bars = ax.bar(x + offset, means, width, yerr=sds, capsize=4, label=metric)
-        ax.bar_label(bars, labels=[f"{m:.2f}" for m in means], label_type="center", fontsize=7, color="white")
+        bars = ax.bar(x + offset, means, width, yerr=sds, capsize=4, label=split)
+        ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], label_type="center", fontsize=7, color="white")
+        shown.extend(np.concatenate(values))
     ax.set_xticks(x, [f"{n}\nn={len(variants[n])}" for n in names], fontsize=8)
-    ax.set_ylabel("perplexity")
-    ax.set_title("Final perplexity (mean ± sd over seeds)")
-    # Perplexities differ by a few percent: start the axis near the smallest bar, not at 0.
-    all_ppl = [run["results"][m] for runs in variants.values() for run in runs for m in ("valid_ppl", "test_ppl")]
-    ax.set_ylim(min(all_ppl) * 0.95, max(all_ppl) * 1.03)
+    ax.set_ylabel(label)
+    ax.set_title(f"Final {label} (mean ± sd over seeds)")
+    # Variants differ by a few percent: start the axis near the smallest bar, not at 0.
+    ax.set_ylim(min(shown) * 0.95, max(shown) * 1.03)
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
+    return True
 
 
 def main():
@@ -174,9 +197,13 @@ def main():
 
     variants = load_variants(args.run_dirs)
     args.out.mkdir(parents=True, exist_ok=True)
-    outputs = (args.out / "loss_vs_tokens.png", args.out / "ppl_bars.png")
+    outputs = [args.out / "loss_vs_tokens.png"]
     plot_loss(variants, outputs[0], args.band, args.smooth)
-    plot_ppl(variants, outputs[1])
+    for file, label, value_of in FINAL_METRICS:
+        if plot_final(variants, args.out / file, label, value_of):
+            outputs.append(args.out / file)
+        else:
+            print(f"plot_runs: no run reports {label}; {file} not written", file=sys.stderr)
     for path in outputs:
         print(path)
 

@@ -46,6 +46,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
   const int newline = tokenizer.newline_id();
   std::vector<std::string> block;
   std::vector<std::vector<int32_t>> pieces(static_cast<std::size_t>(jobs));
+  std::vector<int64_t> words(static_cast<std::size_t>(jobs));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(jobs));
   EncodeStats stats;
   std::string line;
@@ -53,6 +54,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
     block.clear();
     while (block.size() < kBlockLines && (more = reader.next(line))) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
+      stats.bytes += static_cast<int64_t>(line.size()) + 1;  // the line and its newline token
       block.push_back(line);
     }
     if (block.empty()) break;
@@ -66,6 +68,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
           const auto ids = tokenizer.encode(block[i]);
           out.insert(out.end(), ids.begin(), ids.end());
           out.push_back(newline);
+          words[t] += line_words(block[i]);
         }
       } catch (...) {
         errors[t] = std::current_exception();
@@ -93,7 +96,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
     }
   }
   stats.tokens = static_cast<int64_t>(writer.count());
-  stats.bytes = reader.bytes_read();
+  for (const int64_t w : words) stats.words += w;
   writer.finish();
   stats.seconds = seconds_since(start);
   const double secs = std::max(stats.seconds, 1e-9);
@@ -107,7 +110,7 @@ EncodeStats encode_text_file(const Tokenizer& tokenizer, const std::string& inpu
 EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, const std::string& out_dir, int jobs) {
   fs::create_directories(out_dir);
   nlohmann::json meta = {{"format", corpus.format},
-                         {"source", fs::absolute(corpus.dir.empty() ? corpus.train : corpus.dir).string()},
+                         {"source", fs::absolute(corpus.dir.empty() ? corpus.valid : corpus.dir).string()},
                          {"tokenizer", fs::absolute(tokenizer.path()).string()},
                          {"tokenizer_checksum", checksum_hex(tokenizer.checksum())},  // FNV-1a 64 of the .model
                          {"vocab_size", tokenizer.vocab_size()},
@@ -116,6 +119,7 @@ EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, 
   std::map<std::string, std::pair<std::string, EncodeStats>> encoded;  // text file -> (token file, its stats)
   for (const char* split : kCorpusSplits) {
     const std::string& input = corpus.split(split);
+    if (input.empty()) continue;  // an evaluation-only corpus has no train split
     const auto output = (fs::path(out_dir) / (std::string(split) + ".bin")).string();
     const std::string text_file = fs::weakly_canonical(input).string();
     EncodeStats stats;
@@ -128,11 +132,13 @@ EncodeStats encode_corpus(const TextCorpus& corpus, const Tokenizer& tokenizer, 
       total.lines += stats.lines;
       total.tokens += stats.tokens;
       total.bytes += stats.bytes;
+      total.words += stats.words;
       total.seconds += stats.seconds;
     }
-    meta["splits"][split] = {{"file", input}, {"lines", stats.lines}, {"tokens", stats.tokens}};
+    meta["splits"][split] = {{"file", input},         {"lines", stats.lines}, {"tokens", stats.tokens},
+                             {"bytes", stats.bytes},  {"words", stats.words}};
   }
-  // The tokenizer travels with its token files (for decoding, generation).
+  // The tokenizer travels with its token files (for decoding, generation, bits per byte).
   const auto copy = fs::path(out_dir) / "tokenizer.model";
   std::error_code ec;
   if (!fs::equivalent(tokenizer.path(), copy, ec))

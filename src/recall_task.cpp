@@ -162,6 +162,13 @@ Batch RecallTask::train_batch(int64_t n) const {
   return rows_of(train_pool_, index);
 }
 
+std::vector<uint8_t> RecallTask::targets_in_training() const {
+  const auto targets = train_pool_.select(1, 1).flatten();
+  const auto scored = targets.masked_select(targets.ge(0)).to(at::kLong);
+  const auto seen = at::zeros({vocab_size()}, at::kByte).index_fill_(0, scored, 1);
+  return {seen.data_ptr<uint8_t>(), seen.data_ptr<uint8_t>() + seen.numel()};
+}
+
 Batch RecallTask::next_train() { return train_batch(position_++); }
 
 void RecallTask::seek_train(int64_t position) {

@@ -7,12 +7,15 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 
 #include "cqk/log.h"
 #include "cqk/token_file.h"
+#include "cqk/tokenizer.h"
 
 namespace cqk {
 namespace {
@@ -62,25 +65,58 @@ std::vector<EvalWindow> eval_windows(int64_t tokens, int64_t seq_len, int64_t st
 // --- the three memory-mapped splits ----------------------------------------------
 
 struct TokenBatchSource::Files {
-  TokenFile train, valid, test;
+  std::string dir;
+  std::optional<TokenFile> train;  // absent in an evaluation-only folder
+  TokenFile valid, test;
   const TokenFile& get(Split split) const {
     switch (split) {
-      case Split::Train: return train;
+      case Split::Train: return training();
       case Split::Valid: return valid;
       case Split::Test: return test;
     }
     throw std::invalid_argument("unknown split");
   }
+  const TokenFile& training() const {
+    if (!train) throw std::runtime_error(dir + " has no train.bin (an evaluation-only folder: it can be evaluated on, not trained on)");
+    return *train;
+  }
+  // The file the others must agree with: train.bin, or valid.bin without it.
+  const TokenFile& reference() const { return train ? *train : valid; }
 };
 
 namespace {
 
+namespace fs = std::filesystem;
+
+std::string split_path(const std::string& dir, const char* name) {
+  return (fs::path(dir) / (std::string(name) + ".bin")).string();
+}
+
 TokenFile open_split(const std::string& dir, const char* name) {
   if (dir.empty()) throw std::invalid_argument("data.dir is empty: data.kind tokens needs the folder written by `cqk data encode`");
-  const auto path = (std::filesystem::path(dir) / (std::string(name) + ".bin")).string();
-  if (!std::filesystem::exists(path))
+  const auto path = split_path(dir, name);
+  if (!fs::exists(path))
     throw std::runtime_error("token file " + path + " does not exist (data.dir should hold train.bin, valid.bin, test.bin from `cqk data encode`)");
   return TokenFile(path);
+}
+
+// Byte length of every id, from the folder's copy of the tokenizer; empty without one.
+std::vector<int32_t> read_token_bytes(const std::string& dir, uint64_t checksum) {
+  const auto path = (fs::path(dir) / "tokenizer.model").string();
+  if (!fs::exists(path)) return {};
+  if (const uint64_t actual = file_checksum(path); actual != checksum)
+    throw std::runtime_error(path + ": checksum " + checksum_hex(actual) +
+                             " differs from the token files' tokenizer checksum " + checksum_hex(checksum) +
+                             " (encode the folder again with `cqk data encode`)");
+  return Tokenizer(path).piece_byte_lengths();
+}
+
+// meta.json's word count of `split`, while its token count is the file's (not a stale meta.json).
+std::optional<int64_t> read_split_words(const nlohmann::json& meta, const char* split, const TokenFile& file) {
+  const auto* entry = meta.contains("splits") && meta["splits"].contains(split) ? &meta["splits"][split] : nullptr;
+  if (!entry || !entry->contains("words") || !entry->contains("tokens")) return std::nullopt;
+  if ((*entry)["tokens"].get<int64_t>() != file.size()) return std::nullopt;
+  return (*entry)["words"].get<int64_t>();
 }
 
 // Fills row `row` of [rows, seq_len] inputs/targets from window `w` of `file`.
@@ -180,7 +216,7 @@ class TokenBatchSource::Prefetcher {
 
 // --- the source ----------------------------------------------------------------------
 
-TokenBatchSource::TokenBatchSource(const DataConfig& config, int64_t seed, int rank, int world_size)
+TokenBatchSource::TokenBatchSource(const DataConfig& config, int64_t seed, int rank, int world_size, TokenFolder folder)
     : config_(config), seed_(static_cast<uint64_t>(seed)), rank_(rank), world_size_(world_size) {
   check_batch_split(config.batch_size, rank, world_size);
   if (config.seq_len < 1) throw std::invalid_argument("data.seq_len must be >= 1, got " + std::to_string(config.seq_len));
@@ -190,32 +226,65 @@ TokenBatchSource::TokenBatchSource(const DataConfig& config, int64_t seed, int r
     throw std::invalid_argument("data.eval_stride must be in [0, seq_len=" + std::to_string(config.seq_len) + "], got " +
                                 std::to_string(config.eval_stride));
   rows_ = config.batch_size / world_size;
-  auto files = std::make_shared<Files>(Files{open_split(config.dir, "train"), open_split(config.dir, "valid"),
-                                             open_split(config.dir, "test")});
+  std::optional<TokenFile> train;
+  if (folder == TokenFolder::Training || fs::exists(split_path(config.dir, "train")))
+    train.emplace(open_split(config.dir, "train"));
+  auto files = std::make_shared<Files>(
+      Files{config.dir, std::move(train), open_split(config.dir, "valid"), open_split(config.dir, "test")});
+  const TokenFile& reference = files->reference();
+  const std::string reference_name = fs::path(reference.path()).filename().string();
   for (const TokenFile* other : {&files->valid, &files->test}) {
-    if (other->vocab_size() != files->train.vocab_size())
+    if (other->vocab_size() != reference.vocab_size())
       throw std::runtime_error("token file " + other->path() + ": vocab_size at offset 24: expected " +
-                               std::to_string(files->train.vocab_size()) + " (as train.bin), got " +
+                               std::to_string(reference.vocab_size()) + " (as " + reference_name + "), got " +
                                std::to_string(other->vocab_size()));
-    if (other->tokenizer_checksum() != files->train.tokenizer_checksum())
-      throw std::runtime_error("token file " + other->path() + ": tokenizer checksum at offset 32 differs from train.bin's "
-                               "(the splits were encoded with different tokenizers)");
+    if (other->tokenizer_checksum() != reference.tokenizer_checksum())
+      throw std::runtime_error("token file " + other->path() + ": tokenizer checksum at offset 32 differs from " +
+                               reference_name + "'s (the splits were encoded with different tokenizers)");
   }
-  if (files->train.size() < config.seq_len + 1)
-    throw std::runtime_error("token file " + files->train.path() + " has " + std::to_string(files->train.size()) +
+  if (files->train && files->train->size() < config.seq_len + 1)
+    throw std::runtime_error("token file " + files->train->path() + " has " + std::to_string(files->train->size()) +
                              " tokens, fewer than data.seq_len + 1 = " + std::to_string(config.seq_len + 1));
+  token_bytes_ = read_token_bytes(config.dir, reference.tokenizer_checksum());
+  const auto meta_path = (fs::path(config.dir) / "meta.json").string();
+  if (fs::exists(meta_path)) {
+    nlohmann::json meta;
+    try {
+      std::ifstream in(meta_path);
+      meta = nlohmann::json::parse(in);
+      for (const Split split : {Split::Train, Split::Valid, Split::Test})
+        if (split != Split::Train || files->train)
+          words_[static_cast<int>(split)] = read_split_words(meta, split_name(split).c_str(), files->get(split));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(meta_path + ": " + e.what());
+    }
+  }
   files_ = std::move(files);
 }
 
 TokenBatchSource::~TokenBatchSource() = default;
 
-int64_t TokenBatchSource::vocab_size() const { return files_->train.vocab_size(); }
+int64_t TokenBatchSource::vocab_size() const { return files_->reference().vocab_size(); }
 int64_t TokenBatchSource::split_tokens(Split split) const { return files_->get(split).size(); }
-uint64_t TokenBatchSource::tokenizer_checksum() const { return files_->train.tokenizer_checksum(); }
+uint64_t TokenBatchSource::tokenizer_checksum() const { return files_->reference().tokenizer_checksum(); }
+std::optional<int64_t> TokenBatchSource::split_words(Split split) const { return words_[static_cast<int>(split)]; }
+
+std::vector<uint8_t> TokenBatchSource::targets_in_training() const {
+  const TokenFile& file = files_->training();
+  std::vector<uint8_t> seen(static_cast<std::size_t>(vocab_size()), 0);
+  std::vector<int32_t> chunk(1 << 20);
+  // Targets are tokens 1..N-1 (token 0 is only ever an input).
+  for (int64_t start = 1; start < file.size(); start += static_cast<int64_t>(chunk.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), file.size() - start);
+    file.read(start, n, chunk.data());
+    for (int64_t i = 0; i < n; ++i) seen[static_cast<std::size_t>(chunk[static_cast<std::size_t>(i)])] = 1;
+  }
+  return seen;
+}
 
 Batch TokenBatchSource::train_batch(int64_t n) const {
   const int64_t L = config_.seq_len;
-  const TokenFile& file = files_->train;
+  const TokenFile& file = files_->training();
   const int64_t max_start = file.size() - L - 1;
   auto inputs = at::empty({rows_, L}, at::kLong);
   auto targets = at::empty({rows_, L}, at::kLong);

@@ -18,11 +18,11 @@
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/distributed.h"
+#include "cqk/evaluation_report.h"
 #include "cqk/fused_adamw.h"
 #include "cqk/flops.h"
 #include "cqk/log.h"
 #include "cqk/progress.h"
-#include "cqk/recall_task.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
 
@@ -181,20 +181,11 @@ std::string first_non_finite(TransformerLM& model) {
 }
 
 // An evaluation over every rank's share of the split (unchanged with one process).
-Evaluation reduce_evaluation(DistributedContext& dist, const Evaluation& local) {
-  if (!dist.enabled()) return local;
-  const double tokens = static_cast<double>(local.tokens);
-  const auto sums = dist.all_reduce_sum({local.loss * tokens, std::round(local.accuracy * tokens), tokens});
-  Evaluation global;
-  global.tokens = static_cast<int64_t>(std::llround(sums[2]));
-  global.loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
-  global.perplexity = std::exp(global.loss);
-  global.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
-  return global;
-}
-
-nlohmann::json evaluation_json(const Evaluation& e) {
-  return {{"loss", e.loss}, {"ppl", e.perplexity}, {"accuracy", e.accuracy}, {"tokens", e.tokens}};
+Evaluation evaluate_split(DistributedContext& dist, TransformerLM& model, BatchSource& source, Split split,
+                          int64_t max_batches, const c10::Device& device, const TargetTables& tables) {
+  auto sums = evaluation_sums(model, source, split, max_batches, device, tables);
+  if (dist.enabled()) sums = EvaluationSums::from_vector(dist.all_reduce_sum(sums.to_vector()));
+  return summarize(sums, evaluated_words(source, split, max_batches));
 }
 
 }  // namespace
@@ -211,30 +202,6 @@ Config load_run_config(const std::string& run_dir) {
   const auto path = (fs::path(run_dir) / "config.yaml").string();
   if (!fs::exists(path)) throw std::runtime_error(run_dir + ": not a run directory (no config.yaml)");
   return load_config(path);
-}
-
-Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                    const c10::Device& device) {
-  at::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
-  double loss_sum = 0.0;
-  AccuracyCount accuracy;
-  for (const auto& batch : source.eval_batches(split, max_batches)) {
-    const auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
-    const auto logits = model->forward(inputs).to(at::kFloat);
-    loss_sum += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), {},
-                                       at::Reduction::Sum, -1)
-                    .item<double>();
-    accuracy += scored_accuracy(logits, targets);
-  }
-  model->train(was_training);
-  Evaluation result;
-  result.tokens = accuracy.total;
-  result.loss = accuracy.total > 0 ? loss_sum / static_cast<double>(accuracy.total) : 0.0;
-  result.perplexity = std::exp(result.loss);
-  result.accuracy = accuracy.accuracy();
-  return result;
 }
 
 TrainSummary train(const Config& input_config, const TrainOptions& options) {
@@ -309,6 +276,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " + std::to_string(threads) +
        " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " + std::to_string(peak_flops / 1e9) +
        " GFLOP/s");
+  const TargetTables tables = target_tables(*source);  // one pass over the training split, for every evaluation
 
   const auto metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   const auto save = [&] {
@@ -383,15 +351,14 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
 
     if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
       const auto valid =
-          reduce_evaluation(dist, evaluate(model, *source, Split::Valid, config.train.eval_batches, device));
-      if (dist.is_main())
-        append_line(metrics_path, nlohmann::json{{"step", state.step}, {"tokens", state.tokens},
-                                                 {"valid_loss", valid.loss}, {"valid_ppl", valid.perplexity},
-                                                 {"valid_accuracy", valid.accuracy}}
-                                      .dump());
+          evaluate_split(dist, model, *source, Split::Valid, config.train.eval_batches, device, tables);
+      if (dist.is_main()) {
+        auto line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
+        line.update(flat_evaluation_json("valid_", valid));
+        append_line(metrics_path, line.dump());
+      }
       progress.finish();
-      info("step " + std::to_string(state.step) + " valid ppl " + std::to_string(valid.perplexity) + " accuracy " +
-           std::to_string(valid.accuracy));
+      info("step " + std::to_string(state.step) + " valid " + describe(valid));
     }
     const bool periodic = config.train.checkpoint_every > 0 && state.step % config.train.checkpoint_every == 0;
     const bool paused = options.max_steps > 0 && state.step - first_step >= options.max_steps;
@@ -411,8 +378,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     save();
 
   dist.check_parameters_in_sync(*model);
-  summary.valid = reduce_evaluation(dist, evaluate(model, *source, Split::Valid, 0, device));
-  summary.test = reduce_evaluation(dist, evaluate(model, *source, Split::Test, 0, device));
+  summary.valid = evaluate_split(dist, model, *source, Split::Valid, 0, device, tables);
+  summary.test = evaluate_split(dist, model, *source, Split::Test, 0, device, tables);
   summary.step = state.step;
   dump_weights_for_test_if_requested(*model, dist.rank());
   if (!dist.is_main()) return summary;  // rank 0 writes the results
@@ -429,9 +396,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
                                   {"test", evaluation_json(summary.test)},
                                   {"config_hash", hash}};
   write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
-  log::info("finished: valid ppl " + std::to_string(summary.valid.perplexity) + " (accuracy " +
-            std::to_string(summary.valid.accuracy) + "), test ppl " + std::to_string(summary.test.perplexity) +
-            " (accuracy " + std::to_string(summary.test.accuracy) + ")");
+  log::info("finished: valid " + describe(summary.valid));
+  log::info("finished: test " + describe(summary.test));
   return summary;
 }
 

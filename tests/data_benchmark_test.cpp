@@ -14,6 +14,7 @@
 #include "cqk/tokenizer.h"
 #include "temp_dir.h"
 #include "test_io.h"
+#include "word_count.h"
 
 namespace {
 
@@ -56,19 +57,23 @@ TEST(CorpusEncoding, TokenFileDoesNotDependOnThreadsAndDecodesToTheText) {
   const cqk::Tokenizer tokenizer(trained_tokenizer(tmp, text));
   const auto one = cqk::encode_text_file(tokenizer, text, tmp / "one.bin", "one", 1);
   const auto three = cqk::encode_text_file(tokenizer, text, tmp / "three.bin", "three", 3);
+  // The text as encoded: line ends normalised to "\n".
+  std::string expected = read_file(text), normalised;
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (!(expected[i] == '\r' && i + 1 < expected.size() && expected[i + 1] == '\n')) normalised += expected[i];
   EXPECT_EQ(one.lines, 1500);
-  EXPECT_EQ(one.bytes, static_cast<int64_t>(read_file(text).size()));
+  EXPECT_EQ(one.bytes, static_cast<int64_t>(normalised.size()));
+  EXPECT_EQ(one.words, cqk::testing::reference_word_count(normalised));
   EXPECT_EQ(one.tokens, three.tokens);
+  EXPECT_EQ(three.bytes, one.bytes);
+  EXPECT_EQ(three.words, one.words);
   EXPECT_EQ(read_file(tmp / "one.bin"), read_file(tmp / "three.bin"));
 
-  // The token file decodes back to the text, line ends normalised to "\n".
+  // The token file decodes back to the text.
   const cqk::TokenFile file(tmp / "one.bin");
   ASSERT_EQ(static_cast<int64_t>(file.size()), one.tokens);
   std::vector<int> ids(static_cast<size_t>(file.size()));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(file[static_cast<int64_t>(i)]);
-  std::string expected = read_file(text), normalised;
-  for (size_t i = 0; i < expected.size(); ++i)
-    if (!(expected[i] == '\r' && i + 1 < expected.size() && expected[i + 1] == '\n')) normalised += expected[i];
   EXPECT_EQ(tokenizer.decode(ids), normalised);
 }
 

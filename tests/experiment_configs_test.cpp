@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -16,12 +17,14 @@
 
 #include "cqk/config_loader.h"
 #include "cqk/parameter_count.h"
+#include "generated_text.h"
 #include "temp_dir.h"
 #include "test_io.h"
 
 // The paper's grid in configs/wikitext103: every file loads, its model is within
 // 5% of the scale in its path, run names are unique and match the files; and
-// scripts/sweep.sh end to end on a tiny config (skip, resume, stats).
+// scripts/sweep.sh end to end on tiny configs (skip, resume, stats, plots),
+// also on generated text from the tokenizer to bits-per-byte statistics.
 namespace {
 
 using cqk::testing::read_file;
@@ -268,6 +271,22 @@ TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
   EXPECT_EQ(read_file(seed1 / "sweep.log"), log1) << "a finished run was started again";
 }
 
+// scripts/plot_runs.py on `runs` writes each of `pngs` into `folder` (skipped
+// without the Python that has matplotlib).
+void expect_plots(const std::string& runs, const std::string& folder, const std::vector<std::string>& pngs) {
+  const std::string python = CQK_PYTHON;
+  if (python.empty() || ::access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no Python with matplotlib for the plots";
+  const auto plots = run_command(shell_quote(python) + " " +
+                                 shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/plot_runs.py") + " " +
+                                 shell_quote(runs) + " --out " + shell_quote(folder));
+  ASSERT_EQ(plots.exit_code, 0) << plots.out;
+  for (const auto& png : pngs) {
+    const std::string bytes = read_file(folder + "/" + png);
+    ASSERT_GT(bytes.size(), 1000u) << png;
+    EXPECT_EQ(bytes.substr(1, 3), "PNG") << png;
+  }
+}
+
 // What a researcher runs: two variants (a base and its coupled twin) x three
 // seeds through sweep.sh, the statistics it ends with, and the plots.
 TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
@@ -305,16 +324,72 @@ TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
   }
   EXPECT_EQ(losses.size(), 3u);
 
-  const std::string python = CQK_PYTHON;
-  if (python.empty() || ::access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no Python with matplotlib for the plots";
-  const auto plots = run_command(shell_quote(python) + " " + shell_quote(std::string(CQK_SOURCE_DIR) + "/scripts/plot_runs.py") + " " +
-                           shell_quote(out) + " --out " + shell_quote(tmp / "plots"));
-  ASSERT_EQ(plots.exit_code, 0) << plots.out;
-  for (const char* png : {"loss_vs_tokens.png", "ppl_bars.png"}) {
-    const std::string bytes = read_file(tmp / "plots/" + png);
-    ASSERT_GT(bytes.size(), 1000u) << png;
-    EXPECT_EQ(bytes.substr(1, 3), "PNG") << png;
+  expect_plots(out, tmp / "plots", {"loss_vs_tokens.png", "ppl_bars.png"});
+}
+
+// Issue 24's chain on text the test generates: tokenizer -> encode -> two
+// variants (uncoupled and affine) x two seeds through sweep.sh -> cqk stats
+// on bits per byte -> plots.
+TEST(Sweep, TextFromTheTokenizerToBitsPerByteStatsAndPlots) {
+  cqk::testing::TempDir tmp("cqk-sweep-text");
+  const std::vector<std::string> words{"red", "river", "garden", "engine", "watches", "old", "clock", "near", "paints"};
+  fs::create_directories(tmp / "corpus");
+  cqk::testing::write_file(tmp / "corpus/train.txt", cqk::testing::grammar_text(words, 1, 1500));
+  cqk::testing::write_file(tmp / "corpus/valid.txt", cqk::testing::grammar_text(words, 2, 150));
+  cqk::testing::write_file(tmp / "corpus/test.txt", cqk::testing::grammar_text(words, 3, 150));
+  const std::string tool = shell_quote(CQK_TOOL);
+  const auto tokenizer = run_command(tool + " data tokenizer --input " + shell_quote(tmp / "corpus/train.txt") +
+                                     " --vocab-size 300 --out " + shell_quote(tmp / "tokens/tokenizer.model"));
+  ASSERT_EQ(tokenizer.exit_code, 0) << tokenizer.out;
+  const auto encode = run_command(tool + " data encode --input " + shell_quote(tmp / "corpus") + " --tokenizer " +
+                                  shell_quote(tmp / "tokens/tokenizer.model") + " --out " + shell_quote(tmp / "tokens"));
+  ASSERT_EQ(encode.exit_code, 0) << encode.out;
+
+  fs::create_directories(tmp / "text");
+  std::ofstream(tmp / "text/base.yaml") << "run:\n  name: text\nmodel:\n  width: 32\n  layers: 1\n  heads: 2\n"
+                                           "data:\n  kind: tokens\n  dir: " << tmp / "tokens" << "\n"
+                                           "  seq_len: 32\n  batch_size: 8\n  prefetch: 0\n"
+                                           "train:\n  steps: 30\n  warmup_steps: 3\n  eval_every: 15\n"
+                                           "  eval_batches: 2\n  log_every: 5\n  checkpoint_every: 100\n"
+                                           "  device: cpu\n  threads: 1\n";
+  std::ofstream(tmp / "text/affine.yaml") << "inherit: base.yaml\nrun:\n  name: text-affine\nmodel:\n  attention:\n"
+                                             "    coupling:\n      kind: affine\n";
+  const std::string out = tmp / "sweep";
+  const auto sweep = run_command(sweep_command(tmp.path(), "1-2", out,
+                                               shell_quote(tmp / "text/base.yaml") + " " +
+                                                   shell_quote(tmp / "text/affine.yaml")));
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out;
+  EXPECT_NE(sweep.out.find("4 finished, 0 already finished"), std::string::npos) << sweep.out;
+
+  // The mean bits per byte of each variant, from its runs' results.json.
+  std::map<std::string, double> mean_bpb;
+  for (const auto& [tag, name] : {std::pair{"text-base", "text"}, std::pair{"text-affine", "text-affine"}}) {
+    for (const int seed : {1, 2}) {
+      const auto results = nlohmann::json::parse(
+          read_file(fs::path(out) / tag / ("seed" + std::to_string(seed)) / "results.json"));
+      ASSERT_EQ(results["name"], name);
+      mean_bpb[name] += results["valid"]["bpb"].get<double>() / 2;
+    }
   }
+  const std::string csv_path = tmp / "bpb.csv";
+  const auto stats = run_command(tool + " stats " + shell_quote(out) + " --metric valid_bpb --csv " + shell_quote(csv_path));
+  ASSERT_EQ(stats.exit_code, 0) << stats.out;
+  EXPECT_NE(stats.out.find("## Comparisons on valid_bpb"), std::string::npos) << stats.out;
+  EXPECT_NE(stats.out.find("| text-affine | text | 2 vs 2 |"), std::string::npos) << stats.out;
+  const std::string csv = read_file(csv_path);
+  for (const auto& [name, mean] : mean_bpb) {
+    const std::string row = "variant," + name + ",,valid_bpb,2,,";
+    const auto at = csv.find(row);
+    ASSERT_NE(at, std::string::npos) << row << " in\n" << csv;
+    EXPECT_NEAR(std::stod(csv.substr(at + row.size())), mean, 1e-9 * mean) << name;
+  }
+  EXPECT_NE(csv.find("comparison,text-affine,text,valid_bpb,2,2,"), std::string::npos) << csv;
+  // The sweep's own table lists the tokenizer-independent metrics too.
+  const std::string sweep_csv = read_file(fs::path(out) / "stats.csv");
+  for (const char* metric : {"test_bpb", "valid_word_ppl", "test_seen_loss"})
+    EXPECT_NE(sweep_csv.find(std::string("variant,text,,") + metric + ",2,"), std::string::npos) << metric << sweep_csv;
+
+  expect_plots(out, tmp / "plots", {"loss_vs_tokens.png", "ppl_bars.png", "bpb_bars.png"});
 }
 
 TEST(Sweep, RejectsBadUsage) {

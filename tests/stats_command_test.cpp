@@ -52,30 +52,37 @@ class StatsCommand : public ::testing::Test {
   }
 
   // A run folder; without ppl values it is unfinished (metrics.jsonl only).
+  // With `text`, results.json also has bits per byte (ppl / 10) and the seen
+  // loss (ppl / 100) in its "valid" and "test" objects, as a run on text has.
   fs::path write_run(const fs::path& dir, const std::string& name, int seed, double valid_ppl = 0,
-                     double test_ppl = 0) {
+                     double test_ppl = 0, bool text = false) {
     fs::create_directories(dir);
     std::ofstream(dir / "metrics.jsonl") << R"({"step": 0, "tokens": 0, "loss": 10.0})" << "\n";
     if (valid_ppl > 0) {
-      const nlohmann::json results = {{"name", name},           {"seed", seed},
-                                      {"steps", 100},           {"valid_ppl", valid_ppl},
-                                      {"test_ppl", test_ppl},   {"params", 1000},
-                                      {"config_hash", "abc"}};
+      nlohmann::json results = {{"name", name},           {"seed", seed},
+                                {"steps", 100},           {"valid_ppl", valid_ppl},
+                                {"test_ppl", test_ppl},   {"params", 1000},
+                                {"config_hash", "abc"}};
+      if (text) {
+        results["valid"] = {{"ppl", valid_ppl}, {"bpb", valid_ppl / 10}, {"seen", {{"loss", valid_ppl / 100}, {"tokens", 9}}}};
+        results["test"] = {{"ppl", test_ppl}, {"bpb", test_ppl / 10}, {"seen", {{"loss", test_ppl / 100}, {"tokens", 9}}}};
+      }
       std::ofstream(dir / "results.json") << results.dump();
     }
     return dir;
   }
 
-  // Three seeds of diff-150m and diff-affine-150m, two of vanilla-150m, one unfinished run.
-  void write_sweep() {
+  // Three seeds of diff-150m and diff-affine-150m (with `text`, their bpb and
+  // seen loss too), two of vanilla-150m (ppl only), one unfinished run.
+  void write_sweep(bool text = false) {
     const std::vector<double> diff_valid{21.0, 21.2, 21.4}, diff_test{22.0, 22.4, 22.6};
     const std::vector<double> affine_valid{20.5, 20.6, 20.9}, affine_test{21.5, 21.7, 22.0};
     for (int seed = 0; seed < 3; ++seed) {
       const std::string s = std::to_string(seed);
-      write_run(root_ / "sweep" / ("diff-150m-s" + s), "diff-150m", seed, diff_valid[seed], diff_test[seed]);
+      write_run(root_ / "sweep" / ("diff-150m-s" + s), "diff-150m", seed, diff_valid[seed], diff_test[seed], text);
       // Two levels down: sweep/<variant>/<seed>.
       write_run(root_ / "sweep" / "diff-affine-150m" / ("s" + s), "diff-affine-150m", seed, affine_valid[seed],
-                affine_test[seed]);
+                affine_test[seed], text);
     }
     write_run(root_ / "sweep" / "vanilla-150m-s0", "vanilla-150m", 0, 23.0, 24.0);
     write_run(root_ / "sweep" / "vanilla-150m-s1", "vanilla-150m", 1, 23.5, 24.4);
@@ -182,6 +189,46 @@ TEST_F(StatsCommand, ExplicitPairsAreBonferroniCorrected) {
   EXPECT_EQ(number(worse, "p_bonferroni"), 1.0);
 }
 
+// The text metrics are the perplexities scaled (bpb = ppl / 10, seen loss =
+// ppl / 100): Welch's t, df, p and Hedges' g do not change with the scale, the
+// mean difference scales with it.
+TEST_F(StatsCommand, ComparesBitsPerByteAndSeenLossFromTheSplitObjects) {
+  write_sweep(true);
+  for (const auto& [metric, scale] : {std::pair{"valid_bpb", 10.0}, std::pair{"valid_seen_loss", 100.0}}) {
+    SCOPED_TRACE(metric);
+    const auto csv = root_ / (std::string(metric) + ".csv");
+    const auto r = run_tool(path(root_ / "sweep") + " --metric " + metric + " --csv " + path(csv));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("## Comparisons on ") + metric), std::string::npos) << r.out;
+    const auto row = csv_row(read_file(csv), "comparison,diff-affine-150m,diff-150m");
+    EXPECT_EQ(row.at("metric"), metric);
+    EXPECT_NEAR(number(row, "mean_diff"), -0.5333333333333314 / scale, 1e-9);
+    EXPECT_NEAR(number(row, "t"), -3.200000000000002, 1e-9);
+    EXPECT_NEAR(number(row, "df"), 3.9936102236421727, 1e-9);
+    EXPECT_NEAR(number(row, "p_one_sided"), 0.016487709422845283, 1e-10);
+    EXPECT_NEAR(number(row, "hedges_g"), -2.084704050785793, 1e-9);
+  }
+  // Every metric some run has gets its variant rows; vanilla-150m has no bpb.
+  const std::string csv = read_file(root_ / "valid_bpb.csv");
+  EXPECT_NEAR(number(csv_row(csv, "variant,diff-150m,,test_bpb"), "mean"), 2.2333333333333334, 1e-9);
+  EXPECT_EQ(csv_row(csv, "variant,diff-affine-150m,,test_seen_loss").at("n"), "3");
+  EXPECT_EQ(csv.find("variant,vanilla-150m,,valid_bpb"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("word_ppl"), std::string::npos) << "no run has it: " << csv;
+  const auto table = run_tool(path(root_ / "sweep")).out;
+  EXPECT_NE(table.find("| variant | n | valid_ppl mean ± sd | test_ppl mean ± sd | valid_bpb mean ± sd | test_bpb mean "
+                       "± sd | valid_seen_loss mean ± sd | test_seen_loss mean ± sd |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| vanilla-150m | 2 | 23.250 ± 0.354 | 24.200 ± 0.283 | - | - | - | - |"), std::string::npos)
+      << table;
+
+  // A comparison on a metric one side lacks names a run without it.
+  const auto missing = run_tool(path(root_ / "sweep") + " --metric valid_bpb --compare vanilla-150m:diff-150m");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.out.find("results.json has no valid_bpb"), std::string::npos) << missing.out;
+  EXPECT_EQ(std::count(missing.out.begin(), missing.out.end(), '\n'), 1) << missing.out;
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");
@@ -214,7 +261,8 @@ TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
   EXPECT_EQ(run.name, "x");
   EXPECT_EQ(run.seed, 1);
   EXPECT_EQ(run.steps, 100);
-  EXPECT_DOUBLE_EQ(run.test_ppl, 21.0);
+  EXPECT_EQ(sweep::metric_value(run, sweep::Metric::test_ppl), 21.0);
+  EXPECT_EQ(sweep::metric_value(run, sweep::Metric::valid_bpb), std::nullopt);
   EXPECT_EQ(run.config_hash, "abc");
 
   std::ofstream(dir / "results.json") << R"({"name": "x", "seed": 1, "valid_ppl": "20", "test_ppl": 21})";
@@ -223,6 +271,13 @@ TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()), (dir / "results.json").string() + ": \"valid_ppl\" must be a number, not string");
+  }
+  std::ofstream(dir / "results.json") << R"({"name": "x", "seed": 1, "valid_ppl": 20, "test_ppl": 21, "test": {"seen": {"loss": null}}})";
+  try {
+    sweep::read_run_result(dir);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "results.json").string() + ": \"test.seen.loss\" must be a number, not null");
   }
 }
 
@@ -262,7 +317,9 @@ TEST(StatsSweep, AutomaticPairsNeedTheBaseToExist) {
 
 TEST(StatsSweep, ParsesMetricNames) {
   EXPECT_EQ(sweep::parse_metric("test_ppl"), sweep::Metric::test_ppl);
-  EXPECT_STREQ(sweep::metric_name(sweep::parse_metric("valid_ppl")), "valid_ppl");
+  for (const auto metric : sweep::kMetrics) EXPECT_EQ(sweep::parse_metric(sweep::metric_name(metric)), metric);
+  EXPECT_STREQ(sweep::metric_name(sweep::Metric::valid_seen_loss), "valid_seen_loss");
+  EXPECT_STREQ(sweep::metric_name(sweep::Metric::test_word_ppl), "test_word_ppl");
   EXPECT_THROW(sweep::parse_metric("loss"), std::invalid_argument);
 }
 

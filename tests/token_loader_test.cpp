@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -238,6 +239,39 @@ TEST(TokenLoader, ConfigurationErrors) {
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("test.bin"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenLoader, EvaluationOnlyFolderHasNoTrainingSplit) {
+  TempDir dir;
+  write_split(dir.path, "valid", 100);
+  write_split(dir.path, "test", 50);
+  // valid's word count is current; test's belongs to another encoding (other token count).
+  std::ofstream(dir.path / "meta.json")
+      << R"({"splits": {"valid": {"tokens": 100, "words": 17}, "test": {"tokens": 49, "words": 5}}})";
+  EXPECT_THROW(cqk::TokenBatchSource(config_for(dir.path), 1), std::runtime_error) << "training needs train.bin";
+
+  cqk::TokenBatchSource source(config_for(dir.path), 1, 0, 1, cqk::TokenFolder::Evaluation);
+  EXPECT_EQ(source.vocab_size(), kVocab);
+  EXPECT_EQ(source.tokenizer_checksum(), 42u);
+  int64_t scored = 0;
+  for (const auto& batch : source.eval_batches(cqk::Split::Valid, 0)) scored += batch.targets.ge(0).sum().item<int64_t>();
+  EXPECT_EQ(scored, 99);
+  EXPECT_EQ(source.split_words(cqk::Split::Valid), 17);
+  EXPECT_EQ(source.split_words(cqk::Split::Test), std::nullopt);
+  EXPECT_TRUE(source.token_bytes().empty()) << "no tokenizer.model";
+  EXPECT_THROW(source.next_train(), std::runtime_error);
+  EXPECT_THROW(source.targets_in_training(), std::runtime_error);
+
+  // A tokenizer.model that is not the one the files were encoded with is refused.
+  std::ofstream(dir.path / "tokenizer.model") << "another tokenizer";
+  try {
+    cqk::TokenBatchSource other(config_for(dir.path), 1, 0, 1, cqk::TokenFolder::Evaluation);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("differs from the token files' tokenizer checksum 0x000000000000002a"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,10 +23,12 @@
 #include "cqk/token_file.h"
 #include "cqk/tokenizer.h"
 #include "test_io.h"
+#include "word_count.h"
 
 namespace {
 
 using cqk::testing::read_file;
+using cqk::testing::reference_word_count;
 using cqk::testing::shell_quote;
 namespace fs = std::filesystem;
 
@@ -139,6 +143,22 @@ TEST(Tokenizer, EncodeDecodeRoundTripWithByteFallback) {
   EXPECT_EQ(tokenizer.decode({tokenizer.newline_id()}), "\n");
 }
 
+TEST(Tokenizer, PieceByteLengthsAddUpToTheTextsBytes) {
+  const cqk::Tokenizer tokenizer(tiny_model().string());
+  const auto lengths = tokenizer.piece_byte_lengths();
+  ASSERT_EQ(lengths.size(), 400u);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.bos_id())], 0);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.eos_id())], 0);
+  EXPECT_EQ(lengths[static_cast<std::size_t>(tokenizer.newline_id())], 1);
+  // Multi-byte characters the model never saw become several byte pieces.
+  for (const std::string text : {" the prestion kaloming , shita . ", "naïve café — Zürich, 東京 🙂\n", "  a\tb  \n\n"}) {
+    const auto ids = tokenizer.encode(text);
+    std::size_t bytes = 0;
+    for (const int id : ids) bytes += static_cast<std::size_t>(lengths[static_cast<std::size_t>(id)]);
+    EXPECT_EQ(bytes, text.size()) << text;
+  }
+}
+
 TEST(Tokenizer, ChecksumIsFnv1aOfTheModelFile) {
   const cqk::Tokenizer tokenizer(tiny_model().string());
   const auto bytes = read_file(tiny_model());
@@ -236,6 +256,7 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
   EXPECT_NE(output.find("lines/s"), std::string::npos) << output;
 
   const cqk::Tokenizer tokenizer(model.string());
+  const auto meta = nlohmann::json::parse(read_file(out / "meta.json"));
   for (const char* split : {"train", "valid", "test"}) {
     const cqk::TokenFile file((out / (std::string(split) + ".bin")).string(), tokenizer.checksum());
     EXPECT_EQ(file.vocab_size(), 500);
@@ -244,12 +265,45 @@ TEST(DataCommand, TokenizerAndEncodeRoundTrip) {
     std::string text = read_file(corpus / ("wiki." + std::string(split) + ".raw"));
     if (text.back() != '\n') text += '\n';  // every encoded line ends with the newline token
     EXPECT_EQ(tokenizer.decode(std::vector<int>(ids.begin(), ids.end())), text) << split;
+    const auto& counts = meta["splits"][split];
+    EXPECT_EQ(counts["tokens"].get<int64_t>(), file.size()) << split;
+    EXPECT_EQ(counts["bytes"].get<int64_t>(), static_cast<int64_t>(text.size())) << split;
+    EXPECT_EQ(counts["words"].get<int64_t>(), reference_word_count(text)) << split;
   }
   EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
-  EXPECT_TRUE(fs::exists(out / "meta.json"));
 
   // A token file checked against another tokenizer is refused.
   EXPECT_THROW(cqk::TokenFile((out / "train.bin").string(), tokenizer.checksum() ^ 1), std::runtime_error);
+}
+
+TEST(DataCommand, ASingleFileMakesAnEvaluationOnlyFolder) {
+  TempDir dir;
+  const std::string text = generated_text(120, 5) + "naïve 東京\n";
+  write_text(dir.path / "wiki.valid.tokens", text);
+  const auto out = dir.path / "ood";
+  std::string output;
+  ASSERT_EQ(run(std::string(CQK_TOOL) + " data encode --input " + shell_quote((dir.path / "wiki.valid.tokens").string()) +
+                    " --tokenizer " + shell_quote(tiny_model().string()) + " --out " + shell_quote(out.string()),
+                &output),
+            0)
+      << output;
+  EXPECT_FALSE(fs::exists(out / "train.bin"));
+  EXPECT_EQ(read_file(out / "valid.bin"), read_file(out / "test.bin"));
+  EXPECT_EQ(read_file(out / "tokenizer.model"), read_file(tiny_model()));
+  const cqk::Tokenizer tokenizer(tiny_model().string());
+  const cqk::TokenFile file((out / "valid.bin").string(), tokenizer.checksum());
+  std::vector<int32_t> ids(static_cast<std::size_t>(file.size()));
+  file.read(0, file.size(), ids.data());
+  EXPECT_EQ(tokenizer.decode(std::vector<int>(ids.begin(), ids.end())), text);
+
+  const auto meta = nlohmann::json::parse(read_file(out / "meta.json"));
+  EXPECT_EQ(meta["format"], "evaluation-only");
+  EXPECT_FALSE(meta["splits"].contains("train"));
+  for (const char* split : {"valid", "test"}) {
+    EXPECT_EQ(meta["splits"][split]["tokens"].get<int64_t>(), file.size());
+    EXPECT_EQ(meta["splits"][split]["bytes"].get<int64_t>(), static_cast<int64_t>(text.size()));
+    EXPECT_EQ(meta["splits"][split]["words"].get<int64_t>(), reference_word_count(text));
+  }
 }
 
 TEST(DataCommand, ErrorsAreOneLineAndNonZero) {

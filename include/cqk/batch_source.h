@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ class BatchSource {
   virtual std::vector<Batch> eval_batches(Split split, int64_t max_batches) = 0;
 
   virtual int64_t vocab_size() const = 0;
+
+  // What evaluations report besides the loss (evaluation.h):
+  // Per vocabulary id, 1 when the id occurs as a scored target of the training
+  // split (the seen/unseen split of the loss), else 0. A pass over the
+  // training split: compute it once per run, not per evaluation.
+  virtual std::vector<uint8_t> targets_in_training() const = 0;
+  // Per vocabulary id, the UTF-8 bytes its token stands for in the text (bits
+  // per byte); empty when the data is not text (the recall task).
+  virtual std::vector<int32_t> token_bytes() const { return {}; }
+  // The words of a split, text_corpus.h's line_words summed over its lines
+  // (word-level perplexity); nullopt when unknown.
+  virtual std::optional<int64_t> split_words(Split /*split*/) const { return std::nullopt; }
 };
 
 // rank/world_size: this process's share of each global batch (data parallel).

@@ -7,6 +7,7 @@
 #include "cqk/config.h"
 #include "cqk/config_loader.h"
 #include "cqk/coupling.h"
+#include "cqk/evaluation.h"
 #include "cqk/fused_adamw.h"
 #include "cqk/linear_cross_entropy.h"
 #include "cqk/model.h"

@@ -50,6 +50,7 @@ class RecallTask final : public BatchSource {
   void seek_train(int64_t position) override;
   std::vector<Batch> eval_batches(Split split, int64_t max_batches) override;
   int64_t vocab_size() const override { return config_.recall.vocab_size; }
+  std::vector<uint8_t> targets_in_training() const override;  // the values the training pool asks for
 
   // Training batch n for this rank, without touching the position.
   Batch train_batch(int64_t n) const;

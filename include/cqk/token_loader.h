@@ -18,6 +18,11 @@
 // cut into rank slices the same way as training; the last, partial batch is
 // padded (inputs 0, targets -1) to a multiple of the world size when W > 1.
 // Compute loss as (sum over scored targets) / (number scored) across batches.
+//
+// For evaluation reports the folder's tokenizer.model (copied there by `cqk
+// data encode`; it must match the token files' checksum) gives each id's byte
+// length, and meta.json each split's word count (used while its token count
+// matches the file's). Without them there is no bits per byte / word perplexity.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,9 +48,16 @@ std::vector<EvalWindow> eval_windows(int64_t tokens, int64_t seq_len, int64_t st
 // Start of row `row` of global training batch `batch`: uniform in [0, max_start].
 int64_t train_window_start(uint64_t seed, int64_t batch, int64_t row, int64_t max_start);
 
+// Which splits a token folder must hold: all three to train, or valid and test
+// to evaluate a finished run on another folder (`cqk eval RUN --data DIR`, e.g.
+// an evaluation-only folder from `cqk data encode --input FILE`); without a
+// train.bin the training batches and targets_in_training() throw.
+enum class TokenFolder { Training, Evaluation };
+
 class TokenBatchSource final : public BatchSource {
  public:
-  TokenBatchSource(const DataConfig& config, int64_t seed, int rank = 0, int world_size = 1);
+  TokenBatchSource(const DataConfig& config, int64_t seed, int rank = 0, int world_size = 1,
+                   TokenFolder folder = TokenFolder::Training);
   ~TokenBatchSource() override;
 
   Batch next_train() override;
@@ -53,6 +65,9 @@ class TokenBatchSource final : public BatchSource {
   void seek_train(int64_t position) override;
   std::vector<Batch> eval_batches(Split split, int64_t max_batches) override;
   int64_t vocab_size() const override;
+  std::vector<uint8_t> targets_in_training() const override;
+  std::vector<int32_t> token_bytes() const override { return token_bytes_; }
+  std::optional<int64_t> split_words(Split split) const override;
 
   // Training batch n for this rank, without touching the position.
   Batch train_batch(int64_t n) const;
@@ -68,6 +83,8 @@ class TokenBatchSource final : public BatchSource {
   int rank_, world_size_;
   int64_t rows_;  // per-rank batch rows
   std::shared_ptr<const Files> files_;
+  std::vector<int32_t> token_bytes_;                 // empty: no tokenizer.model in the folder
+  std::optional<int64_t> words_[3];                  // per Split, from meta.json
   int64_t position_ = 0;
   std::unique_ptr<Prefetcher> prefetcher_;
 };

@@ -60,6 +60,12 @@ class Tokenizer {
   // so decoding a split reproduces the text file. Falls back to eos_id().
   int newline_id() const;
   std::string piece(int id) const;
+  // Per id, the bytes it adds to decoded text: 1 for a byte-fallback piece
+  // (<0xE2>: one byte of a character), the length of what decode({id}) gives
+  // otherwise (a normal piece with its U+2581 as spaces; 0 for <s>, </s>).
+  // So the byte lengths of any valid text's ids sum to the text's length, and
+  // a subset of the ids to the bytes of their part of it (bits per byte).
+  std::vector<int32_t> piece_byte_lengths() const;
 
   const std::string& path() const { return path_; }
   uint64_t checksum() const { return checksum_; }  // file_checksum(path())

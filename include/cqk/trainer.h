@@ -10,6 +10,7 @@
 
 #include "cqk/batch_source.h"
 #include "cqk/config.h"
+#include "cqk/evaluation.h"
 #include "cqk/fused_adamw.h"
 #include "cqk/model.h"
 
@@ -19,13 +20,6 @@ struct TrainOptions {
   std::string run_dir;      // empty: from the config (run.dir or runs/<name>-seed<seed>)
   bool resume = false;      // continue the run in run_dir from its newest checkpoint
   int64_t max_steps = 0;    // > 0: stop (with a checkpoint) after this many steps in this invocation
-};
-
-struct Evaluation {
-  double loss = 0.0;        // mean cross entropy per scored token
-  double perplexity = 0.0;
-  double accuracy = 0.0;    // argmax accuracy on scored tokens
-  int64_t tokens = 0;
 };
 
 enum class TrainOutcome { Finished, Paused, Interrupted, Diverged };
@@ -43,9 +37,6 @@ TrainSummary train(const Config& config, const TrainOptions& options);
 
 // The resolved config stored in a run directory (for --resume, eval).
 Config load_run_config(const std::string& run_dir);
-
-Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                    const c10::Device& device);
 
 // The trainer's AdamW (FusedAdamW): decoupled weight decay on matrices only
 // (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr

@@ -42,10 +42,12 @@ std::function<void()> guarded(const std::string& name, std::function<void()> bod
 }
 
 void run_encode(const std::string& input, const std::string& tokenizer_path, const std::string& out_dir, int jobs) {
-  const TextCorpus corpus = detect_corpus(input);
+  std::error_code ec;
+  const TextCorpus corpus = fs::is_regular_file(input, ec) ? evaluation_corpus(input) : detect_corpus(input);
   const Tokenizer tokenizer(tokenizer_path);
   if (jobs <= 0) jobs = available_cpus();
-  log::info("encode: " + corpus.format + " corpus in " + corpus.dir + ", tokenizer " + tokenizer_path + " (" +
+  log::info("encode: " + corpus.format + " corpus " + (corpus.dir.empty() ? corpus.valid : corpus.dir) +
+            ", tokenizer " + tokenizer_path + " (" +
             std::to_string(tokenizer.vocab_size()) + " pieces), " + std::to_string(jobs) + " threads");
   const auto start = Clock::now();
   const EncodeStats total = encode_corpus(corpus, tokenizer, out_dir, jobs);
@@ -98,9 +100,12 @@ void add_data_command(CLI::App& app) {
     int jobs = 0;
   };
   auto eargs = std::make_shared<EncodeArgs>();
-  auto* enc = data->add_subcommand("encode", "Encode a corpus folder into train.bin, valid.bin, test.bin");
+  auto* enc = data->add_subcommand(
+      "encode", "Encode a corpus folder into train.bin, valid.bin, test.bin (a single text file: valid.bin, test.bin)");
   enc->add_option("--input", eargs->input,
-                  "Corpus folder: wiki.{train,valid,test}.tokens, wiki.{train,valid,test}.raw or {train,valid,test}.txt")
+                  "Corpus folder: wiki.{train,valid,test}.tokens, wiki.{train,valid,test}.raw or "
+                  "{train,valid,test}.txt; or one text file, written as the valid and test splits of an "
+                  "evaluation-only folder (no train.bin) for `cqk eval RUN --data OUT`")
       ->required();
   enc->add_option("--tokenizer", eargs->tokenizer, "Tokenizer model from `cqk data tokenizer`")->required();
   enc->add_option("--out", eargs->out, "Output folder (data.dir)")->required();

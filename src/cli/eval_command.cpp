@@ -1,10 +1,10 @@
-// `cqk eval RUN_DIR_OR_CHECKPOINT`: perplexity, loss and accuracy of a trained
-// checkpoint on the validation or test split of its run's data.
+// `cqk eval RUN_DIR_OR_CHECKPOINT [--data DIR]`: the evaluation metrics
+// (evaluation.h) of a trained checkpoint on the validation or test split of its
+// run's data, or of another token folder encoded with the same tokenizer.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
@@ -17,9 +17,12 @@
 #include "cqk/batch_source.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/evaluation_report.h"
 #include "cqk/log.h"
 #include "cqk/model.h"
 #include "cqk/runtime.h"
+#include "cqk/token_loader.h"
+#include "cqk/tokenizer.h"
 #include "cqk/trainer.h"
 
 namespace cqk::cli {
@@ -33,6 +36,26 @@ c10::Device choose_device(const std::string& name) {
   if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
   if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
   throw std::invalid_argument("device: expected auto|cpu|cuda, got '" + name + "'");
+}
+
+// The token folder `dir` as the evaluated data of a run whose own data is
+// `training`: refused unless it was encoded with the run's tokenizer (the
+// model's ids would mean other text).
+std::unique_ptr<BatchSource> evaluation_folder(const Config& config, const std::string& dir,
+                                               const BatchSource& training) {
+  if (config.data.kind != "tokens")
+    throw std::runtime_error("--data " + dir + ": the run trained on data.kind " + config.data.kind +
+                             ", not on token files");
+  DataConfig data = config.data;
+  data.dir = dir;
+  auto source = std::make_unique<TokenBatchSource>(data, config.run.seed, 0, 1, TokenFolder::Evaluation);
+  const uint64_t expected = dynamic_cast<const TokenBatchSource&>(training).tokenizer_checksum();
+  if (source->tokenizer_checksum() != expected)
+    throw std::runtime_error("--data " + dir + ": encoded with another tokenizer (checksum " +
+                             checksum_hex(source->tokenizer_checksum()) + ", the run's data " + config.data.dir +
+                             " has " + checksum_hex(expected) + "); encode it with " + config.data.dir +
+                             "/tokenizer.model");
+  return source;
 }
 }  // namespace
 
@@ -89,6 +112,7 @@ void add_eval_command(CLI::App& app) {
     std::string split = "valid";
     int64_t batches = 0;
     std::string device;
+    std::string data;
     bool json = false;
   };
   auto args = std::make_shared<Arguments>();
@@ -101,6 +125,11 @@ void add_eval_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   eval->add_option("--device", args->device, "auto|cpu|cuda (default: the run's train.device)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  eval->add_option("--data", args->data,
+                   "Evaluate on this token folder instead of the run's data.dir. It must be encoded with the run's "
+                   "tokenizer (`cqk data encode --tokenizer RUN_DATA/tokenizer.model`; a single text file as --input "
+                   "makes an evaluation-only folder). Seen/unseen targets stay those of the run's training split")
+      ->type_name("DIR");
   eval->add_flag("--json", args->json, "Print one JSON object instead of a line of text");
   eval->callback([args] {
     Config config;
@@ -109,19 +138,21 @@ void add_eval_command(CLI::App& app) {
     auto model = load_trained_model(args->target, args->device, config, checkpoint, step);
     const auto device = model->parameters().front().device();
     const Split split = args->split == "test" ? Split::Test : Split::Valid;
-    auto source = make_batch_source(config.data, config.run.seed);
-    const auto result = evaluate(model, *source, split, args->batches, device);
+    // The run's own data: its training split decides which targets count as seen.
+    auto training = make_batch_source(config.data, config.run.seed);
+    const auto other = args->data.empty() ? nullptr : evaluation_folder(config, args->data, *training);
+    BatchSource& evaluated = other ? *other : *training;
+    const auto result = evaluate(model, evaluated, split, args->batches, device,
+                                 TargetTables{training->targets_in_training(), evaluated.token_bytes()});
+    const std::string data = args->data.empty() ? config.data.dir : args->data;
     if (args->json) {
-      const nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},
-                                   {"split", args->split},     {"batches", args->batches},
-                                   {"loss", result.loss},      {"ppl", result.perplexity},
-                                   {"accuracy", result.accuracy}, {"tokens", result.tokens}};
+      nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},          {"split", args->split},
+                             {"batches", args->batches}, {"data", data}};
+      line.update(evaluation_json(result));
       std::cout << line.dump() << "\n";
     } else {
-      char text[256];
-      std::snprintf(text, sizeof text, "%s: ppl %.6f | loss %.6f | accuracy %.4f | tokens %lld", args->split.c_str(),
-                    result.perplexity, result.loss, result.accuracy, static_cast<long long>(result.tokens));
-      std::cout << text << " (" << checkpoint << ", step " << step << ")\n";
+      std::cout << args->split << (args->data.empty() ? "" : " of " + args->data) << ": " << describe(result) << " ("
+                << checkpoint << ", step " << step << ")\n";
     }
     exit_status() = 0;
   });

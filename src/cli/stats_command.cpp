@@ -35,7 +35,7 @@ struct StatsOptions {
 struct Comparison {
   std::string variant, base;
   std::size_t n_variant = 0, n_base = 0;
-  double mean_difference = 0;  // variant - base: negative means the variant reaches lower ppl
+  double mean_difference = 0;  // variant - base: negative means the variant reaches a lower (better) value
   stats::WelchResult welch;
   double hedges_g = 0;
   double p_bonferroni = 0;  // of the one-sided p (variant better), over all comparisons
@@ -57,10 +57,37 @@ std::string format(const char* spec, double value) {
 
 std::string p_value(double p) { return format(p >= 1e-3 ? "%.4f" : "%.1e", p); }
 
+// "mean ± sd", with the count when only some of the runs have the metric; "-" when none has.
 std::string mean_sd(const std::vector<sweep::RunResult>& runs, sweep::Metric metric) {
   const auto values = sweep::metric_values(runs, metric);
-  const std::string m = format("%.3f", stats::mean(values));
-  return values.size() < 2 ? m : m + " ± " + format("%.3f", stats::sample_sd(values));
+  if (values.empty()) return "-";
+  std::string m = format("%.3f", stats::mean(values));
+  if (values.size() >= 2) m += " ± " + format("%.3f", stats::sample_sd(values));
+  return values.size() < runs.size() ? m + " (n=" + std::to_string(values.size()) + ")" : m;
+}
+
+// The metrics that at least one finished run has, in kMetrics order.
+std::vector<sweep::Metric> reported_metrics(const Groups& groups) {
+  std::vector<sweep::Metric> metrics;
+  for (const auto metric : sweep::kMetrics) {
+    for (const auto& [name, runs] : groups) {
+      if (!sweep::metric_values(runs, metric).empty()) {
+        metrics.push_back(metric);
+        break;
+      }
+    }
+  }
+  return metrics;
+}
+
+// The metric of every run of a variant; an error names a run without it.
+std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, sweep::Metric metric) {
+  for (const auto& run : runs) {
+    if (!sweep::metric_value(run, metric))
+      throw std::runtime_error((run.dir / "results.json").string() + " has no " + sweep::metric_name(metric) +
+                               " (bpb needs text data with its tokenizer.model, word_ppl a word count)");
+  }
+  return sweep::metric_values(runs, metric);
 }
 
 std::string variant_list(const Groups& groups) {
@@ -111,8 +138,8 @@ std::vector<Pair> choose_pairs(const StatsOptions& options, Report& report) {
 }
 
 Comparison compare(const Groups& groups, const Pair& pair, sweep::Metric metric) {
-  const auto a = sweep::metric_values(groups.at(pair.first), metric);
-  const auto b = sweep::metric_values(groups.at(pair.second), metric);
+  const auto a = compared_values(groups.at(pair.first), metric);
+  const auto b = compared_values(groups.at(pair.second), metric);
   Comparison c;
   c.variant = pair.first;
   c.base = pair.second;
@@ -164,11 +191,16 @@ std::string render_markdown(const Report& report) {
   std::ostringstream out;
   std::size_t finished = 0;
   for (const auto& [name, runs] : report.groups) finished += runs.size();
-  out << "## Variants (" << finished << " finished runs)\n\n"
-      << "| variant | n | valid_ppl mean ± sd | test_ppl mean ± sd |\n|---|--:|--:|--:|\n";
+  const auto metrics = reported_metrics(report.groups);
+  out << "## Variants (" << finished << " finished runs)\n\n| variant | n |";
+  for (const auto metric : metrics) out << " " << sweep::metric_name(metric) << " mean ± sd |";
+  out << "\n|---|--:|";
+  for (std::size_t i = 0; i < metrics.size(); ++i) out << "--:|";
+  out << "\n";
   for (const auto& [name, runs] : report.groups) {
-    out << "| " << name << " | " << runs.size() << " | " << mean_sd(runs, sweep::Metric::valid_ppl) << " | "
-        << mean_sd(runs, sweep::Metric::test_ppl) << " |\n";
+    out << "| " << name << " | " << runs.size() << " |";
+    for (const auto metric : metrics) out << " " << mean_sd(runs, metric) << " |";
+    out << "\n";
   }
   if (!report.unfinished.empty()) {
     out << "\nUnfinished runs (no results.json, not counted):\n";
@@ -205,15 +237,17 @@ std::string csv_field(const std::string& text) {
 
 std::string csv_number(double value) { return format("%.12g", value); }
 
-// One long-format table: a "variant" row per variant and metric, a
-// "comparison" row per pair; columns that do not apply to a row stay empty.
+// One long-format table: a "variant" row per variant and metric (that some
+// of its runs have; n counts them), a "comparison" row per pair; columns that
+// do not apply to a row stay empty.
 std::string render_csv(const Report& report) {
   std::ostringstream out;
   out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
          "p_bonferroni,significant\n";
   for (const auto& [name, runs] : report.groups) {
-    for (const auto metric : {sweep::Metric::valid_ppl, sweep::Metric::test_ppl}) {
+    for (const auto metric : sweep::kMetrics) {
       const auto values = sweep::metric_values(runs, metric);
+      if (values.empty()) continue;
       out << "variant," << csv_field(name) << ",," << sweep::metric_name(metric) << "," << values.size() << ",,"
           << csv_number(stats::mean(values)) << "," << (values.size() < 2 ? "" : csv_number(stats::sample_sd(values)))
           << ",,,,,,,,\n";
@@ -247,7 +281,7 @@ void run_stats(const StatsOptions& options) {
 
 void add_stats_command(CLI::App& app) {
   auto options = std::make_shared<StatsOptions>();
-  auto* cmd = app.add_subcommand("stats", "Mean, sd and Welch t-tests of final perplexity over the seeds of a sweep");
+  auto* cmd = app.add_subcommand("stats", "Mean, sd and Welch t-tests of final metrics over the seeds of a sweep");
   cmd->add_option("RUN_DIR", options->run_dirs,
                   "Run directories, or folders with run directories one or two levels below")
       ->required()
@@ -255,8 +289,12 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--compare", options->compare, "VARIANT:BASE pair to test (repeatable; default: automatic pairs)")
       ->allow_extra_args(false)
       ->type_name("VARIANT:BASE");
-  cmd->add_option("--metric", options->metric, "Perplexity the comparisons test")
-      ->check(CLI::IsMember({"valid_ppl", "test_ppl"}))
+  std::vector<std::string> metric_names;
+  for (const auto metric : sweep::kMetrics) metric_names.emplace_back(sweep::metric_name(metric));
+  cmd->add_option("--metric", options->metric,
+                  "Metric the comparisons test (lower is better): perplexity per token, bits per byte, word-level "
+                  "perplexity or the loss over targets seen in training, of the valid or test split")
+      ->check(CLI::IsMember(metric_names))
       ->type_name("METRIC")
       ->capture_default_str();
   cmd->add_option("--csv", options->csv, "Also write the tables as one long-format CSV to FILE")->type_name("FILE");
@@ -267,7 +305,7 @@ void add_stats_command(CLI::App& app) {
       "Without --compare, each variant whose name carries a coupling marker ('-affine', '+affine' or '-coupled', "
       "at the end of the name or followed by '-') is paired with the variant named without it, when that one has "
       "finished runs: diff-affine-150m vs diff-150m, mta+affine vs mta.\n"
-      "Each comparison tests variant < base (lower perplexity is better). Bonferroni corrects the one-sided p over "
+      "Each comparison tests variant < base (lower is better for every metric). Bonferroni corrects the one-sided p over "
       "the number of comparisons; '*' marks corrected p < 0.05.");
   // Errors are std::runtime_error with a one-line message; main() prints it and exits with 2.
   cmd->callback([options] { run_stats(*options); });

@@ -29,6 +29,48 @@ T field(const json& object, const char* key, bool (json::*has_type)() const noex
   return it->get<T>();
 }
 
+// Where each metric lives in results.json.
+struct MetricField {
+  Metric metric;
+  const char* name;
+  std::vector<const char*> path;
+};
+
+const std::vector<MetricField>& metric_fields() {
+  static const std::vector<MetricField> fields = {
+      {Metric::valid_ppl, "valid_ppl", {"valid_ppl"}},
+      {Metric::test_ppl, "test_ppl", {"test_ppl"}},
+      {Metric::valid_bpb, "valid_bpb", {"valid", "bpb"}},
+      {Metric::test_bpb, "test_bpb", {"test", "bpb"}},
+      {Metric::valid_word_ppl, "valid_word_ppl", {"valid", "word_ppl"}},
+      {Metric::test_word_ppl, "test_word_ppl", {"test", "word_ppl"}},
+      {Metric::valid_seen_loss, "valid_seen_loss", {"valid", "seen", "loss"}},
+      {Metric::test_seen_loss, "test_seen_loss", {"test", "seen", "loss"}},
+  };
+  return fields;
+}
+
+const MetricField& metric_field(Metric metric) {
+  for (const auto& f : metric_fields())
+    if (f.metric == metric) return f;
+  throw std::invalid_argument("unknown metric " + std::to_string(static_cast<int>(metric)));
+}
+
+// A metric's value at its path, absent when any key on the way is.
+std::optional<double> metric_at(const json& object, const MetricField& field) {
+  const json* at = &object;
+  std::string where;
+  for (const char* key : field.path) {
+    where += (where.empty() ? "" : ".") + std::string(key);
+    if (!at->is_object()) throw std::runtime_error("\"" + where + "\" is inside a " + at->type_name() + ", not an object");
+    const auto it = at->find(key);
+    if (it == at->end()) return std::nullopt;
+    at = &*it;
+  }
+  if (!at->is_number()) throw std::runtime_error("\"" + where + "\" must be a number, not " + at->type_name());
+  return at->get<double>();
+}
+
 RunResult parse_result(const json& j, const fs::path& dir) {
   if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
   RunResult r;
@@ -36,8 +78,12 @@ RunResult parse_result(const json& j, const fs::path& dir) {
   r.name = field<std::string>(j, "name", &json::is_string, "a string");
   if (r.name.empty()) throw std::runtime_error("\"name\" is empty");
   r.seed = field<long long>(j, "seed", &json::is_number_integer, "an integer");
-  r.valid_ppl = field<double>(j, "valid_ppl", &json::is_number, "a number");
-  r.test_ppl = field<double>(j, "test_ppl", &json::is_number, "a number");
+  for (const auto& f : metric_fields()) {
+    const auto value = metric_at(j, f);
+    if (value) r.metrics[f.metric] = *value;
+    else if (f.metric == Metric::valid_ppl || f.metric == Metric::test_ppl)
+      throw std::runtime_error(std::string("missing \"") + f.name + "\"");
+  }
   r.steps = field<long long>(j, "steps", &json::is_number_integer, "an integer", 0LL);
   r.params = field<long long>(j, "params", &json::is_number_integer, "an integer", 0LL);
   r.config_hash = field<std::string>(j, "config_hash", &json::is_string, "a string", std::string());
@@ -101,21 +147,27 @@ std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector
 }
 
 Metric parse_metric(const std::string& name) {
-  if (name == "valid_ppl") return Metric::valid_ppl;
-  if (name == "test_ppl") return Metric::test_ppl;
-  throw std::invalid_argument("unknown metric '" + name + "' (expected valid_ppl or test_ppl)");
+  std::string names;
+  for (const auto& f : metric_fields()) {
+    if (name == f.name) return f.metric;
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+  }
+  throw std::invalid_argument("unknown metric '" + name + "' (expected " + names + ")");
 }
 
-const char* metric_name(Metric metric) { return metric == Metric::valid_ppl ? "valid_ppl" : "test_ppl"; }
+const char* metric_name(Metric metric) { return metric_field(metric).name; }
 
-double metric_value(const RunResult& run, Metric metric) {
-  return metric == Metric::valid_ppl ? run.valid_ppl : run.test_ppl;
+std::optional<double> metric_value(const RunResult& run, Metric metric) {
+  const auto it = run.metrics.find(metric);
+  if (it == run.metrics.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<double> metric_values(const std::vector<RunResult>& runs, Metric metric) {
   std::vector<double> values;
   values.reserve(runs.size());
-  for (const auto& run : runs) values.push_back(metric_value(run, metric));
+  for (const auto& run : runs)
+    if (const auto value = metric_value(run, metric)) values.push_back(*value);
   return values;
 }
 

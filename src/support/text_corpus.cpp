@@ -78,6 +78,25 @@ TextCorpus detect_corpus(const std::string& dir) {
                            " (in the folder or one subfolder)");
 }
 
+TextCorpus evaluation_corpus(const std::string& file) {
+  if (!is_file(file)) throw std::runtime_error("evaluation text " + file + " does not exist or is not a file");
+  TextCorpus corpus;
+  corpus.format = "evaluation-only";
+  corpus.valid = corpus.test = file;
+  return corpus;
+}
+
+int64_t line_words(std::string_view line) {
+  int64_t words = 1;  // the line's end
+  bool in_word = false;
+  for (const char c : line) {
+    const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    words += !space && !in_word;
+    in_word = !space;
+  }
+  return words;
+}
+
 std::vector<std::string> tokenizer_inputs(const std::vector<std::string>& inputs) {
   if (inputs.empty()) throw std::invalid_argument("no tokenizer input given");
   std::error_code ec;

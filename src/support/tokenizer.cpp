@@ -222,4 +222,14 @@ int Tokenizer::eos_id() const { return impl_->processor.eos_id(); }
 int Tokenizer::newline_id() const { return impl_->newline; }
 std::string Tokenizer::piece(int id) const { return impl_->processor.IdToPiece(id); }
 
+std::vector<int32_t> Tokenizer::piece_byte_lengths() const {
+  std::vector<int32_t> lengths(static_cast<std::size_t>(vocab_size()));
+  for (int id = 0; id < vocab_size(); ++id)
+    // Decoded alone, a byte piece that is part of a multi-byte character would
+    // come back as U+FFFD (3 bytes); in a text it stands for exactly one byte.
+    lengths[static_cast<std::size_t>(id)] =
+        impl_->processor.IsByte(id) ? 1 : static_cast<int32_t>(decode({id}).size());
+  return lengths;
+}
+
 }  // namespace cqk
