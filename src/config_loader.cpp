@@ -617,12 +617,25 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-std::string config_hash(const Config& config) {
+namespace {
+std::string fnv1a_hex(const std::string& bytes) {
   uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
-  for (const unsigned char ch : to_yaml(config)) hash = (hash ^ ch) * 1099511628211ull;
+  for (const unsigned char ch : bytes) hash = (hash ^ ch) * 1099511628211ull;
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
   return text;
+}
+}  // namespace
+
+std::string config_hash(const Config& config) { return fnv1a_hex(to_yaml(config)); }
+
+std::string stored_config_hash(const std::string& run_dir) {
+  const auto path = (fs::path(run_dir) / "config.yaml").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read the run's config");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return fnv1a_hex(bytes.str());
 }
 
 std::vector<std::string> config_keys() {

@@ -365,6 +365,21 @@ TEST(Trainer, CouplingParametersTakeTheirOwnLearningRateScaleAndDecay) {
   EXPECT_DOUBLE_EQ(options(*optimizer, 2).lr(), 5.0);
 }
 
+// Evaluating a run reads its checkpoints against the hash of config.yaml as
+// written, which is the hash the trainer gave them: so a newer cqk with more
+// keys (and so a different to_yaml) still loads older runs.
+TEST(Trainer, StoredConfigHashIsTheHashItsCheckpointsCarry) {
+  TempDir dir("cqk-config-hash");
+  const auto config = tiny_run_config({"train.steps=4"});
+  cqk::train(config, in_dir(dir));
+  const auto checkpoints = cqk::list_checkpoints(dir.path());
+  ASSERT_FALSE(checkpoints.empty());
+  cqk::Config written = cqk::load_run_config(dir.path());
+  cqk::TransformerLM model(written.model);
+  const auto state = cqk::load_checkpoint(checkpoints.back(), *model, "");
+  EXPECT_EQ(cqk::stored_config_hash(dir.path()), state.config_hash);
+}
+
 TEST(Trainer, ExitCodesFollowTheOutcome) {
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Finished), 0);
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Paused), 0);

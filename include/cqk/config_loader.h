@@ -50,6 +50,11 @@ std::string to_yaml(const Config& config);
 // 16 hex digits (FNV-1a 64 of to_yaml): equal configs give equal hashes.
 std::string config_hash(const Config& config);
 
+// The hash of a run folder's config.yaml as written: the config_hash its
+// checkpoints carry, also after a newer cqk added keys (with defaults) that
+// would change to_yaml of the same config read back.
+std::string stored_config_hash(const std::string& run_dir);
+
 // Every leaf key path ("model.attention.coupling.kind", ...), in file order.
 std::vector<std::string> config_keys();
 

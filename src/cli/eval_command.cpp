@@ -88,7 +88,7 @@ TransformerLM load_trained_model(const std::string& target, const std::string& d
                              std::to_string(config.model.vocab_size) + ")");
   configure_threads(static_cast<int>(config.train.threads));
   const auto device = choose_device(device_name.empty() ? config.train.device : device_name);
-  const std::string hash = config_hash(config);
+  const std::string hash = stored_config_hash(run_dir);
 
   TransformerLM model(config.model);
   for (auto it = candidates.begin(); it != candidates.end(); ++it) {
