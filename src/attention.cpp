@@ -121,6 +121,32 @@ at::Tensor AttentionImpl::position(const at::Tensor& x) const {
   return options_.rope() ? apply_rope(x, options_.rope_base()) : x;
 }
 
+at::Tensor AttentionImpl::expand_kv_heads(const at::Tensor& t) const {
+  // The coupling pairs each query head with a key head, so shared keys are expanded first.
+  const int64_t repeat = options_.num_heads() / kv_heads_;
+  return repeat == 1 ? t : t.repeat_interleave(repeat, 1);
+}
+
+at::Tensor AttentionImpl::by_pair(const at::Tensor& t) const {
+  return t.view({t.size(0), options_.num_heads() / 2, 2, t.size(2), head_dim_}).transpose(1, 2);
+}
+
+std::vector<int64_t> AttentionImpl::pair_coupling_shape(int64_t batch, int64_t time) const {
+  // Separate couplings see the pairs as 2H heads; one shared per-head coupling
+  // takes both pairs with the pair axis folded into the batch.
+  const int64_t heads = options_.num_heads() / 2;
+  return options_.separate_pair_couplings() ? std::vector<int64_t>{batch, 2 * heads, time, head_dim_}
+                                            : std::vector<int64_t>{batch * 2, heads, time, head_dim_};
+}
+
+std::pair<at::Tensor, at::Tensor> AttentionImpl::coupling_inputs(const at::Tensor& x) {
+  const auto q = split_heads(q_proj(x), options_.num_heads());
+  const auto k = split_heads(k_proj(x), kv_heads_);
+  if (options_.kind() != AttentionKind::Differential) return {q, expand_kv_heads(k)};
+  const auto shape = pair_coupling_shape(x.size(0), x.size(1));
+  return {by_pair(q).reshape(shape), by_pair(k).reshape(shape)};
+}
+
 std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor q, at::Tensor k) {
   // The coupling kernels apply what follows the coupling in the same pass: on
   // CUDA QK-norm and RoPE, on the CPU RoPE.
@@ -181,13 +207,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   auto k = split_heads(k_proj(x), kv_heads_);
   if (options_.kind() == AttentionKind::Differential) return forward_differential(q, k, x);
 
-  auto v = split_heads(v_proj(x), kv_heads_);
-  if (kv_heads_ != options_.num_heads()) {
-    // The coupling pairs each query head with a key head, so shared keys are expanded first.
-    const int64_t repeat = options_.num_heads() / kv_heads_;
-    k = k.repeat_interleave(repeat, 1);
-    v = v.repeat_interleave(repeat, 1);
-  }
+  k = expand_kv_heads(k);
+  const auto v = expand_kv_heads(split_heads(v_proj(x), kv_heads_));
   if (options_.kind() == AttentionKind::Vanilla && options_.causal() &&
       fused_coupled_attention_applies(*coupling_, q, k, v)) {
     return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base_of(options_))));
@@ -199,10 +220,6 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
 at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x) {
   const int64_t batch = x.size(0), time = x.size(1), heads = options_.num_heads() / 2;
   const auto v = split_heads(v_proj(x), heads);  // [B, H/2, T, 2d]
-  // Heads 2i and 2i+1 are the two (q, k) pairs of differential head i.
-  const auto by_pair = [&](const at::Tensor& t) {  // [B, H, T, d] -> [B, 2, H/2, T, d]
-    return t.view({batch, heads, 2, time, head_dim_}).transpose(1, 2);
-  };
   q = by_pair(q);
   k = by_pair(k);
   at::Tensor a1v, a2v;
@@ -213,11 +230,7 @@ at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const
     a1v = both.select(1, 0);
     a2v = both.select(1, 1);
   } else {
-    // Separate couplings see the pairs as 2H heads; one shared per-head coupling
-    // takes both pairs with the pair axis folded into the batch.
-    const std::vector<int64_t> shape = options_.separate_pair_couplings()
-                                           ? std::vector<int64_t>{batch, 2 * heads, time, head_dim_}
-                                           : std::vector<int64_t>{batch * 2, heads, time, head_dim_};
+    const auto shape = pair_coupling_shape(batch, time);
     std::tie(q, k) = prepare_for_scoring(q.reshape(shape), k.reshape(shape));
     q = q.reshape({batch, 2, heads, time, head_dim_});
     k = k.reshape({batch, 2, heads, time, head_dim_});

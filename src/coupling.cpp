@@ -145,7 +145,8 @@ void QKCouplingImpl::check_input(const at::Tensor& q, const at::Tensor& k, const
                                 c10::str(k.sizes()) + " differ");
 }
 
-std::pair<at::Tensor, at::Tensor> QKCouplingImpl::transform(at::Tensor q, at::Tensor k) const {
+std::pair<at::Tensor, at::Tensor> QKCouplingImpl::transform(at::Tensor q, at::Tensor k,
+                                                            std::vector<at::Tensor>* log_scales) const {
   const double c = options_.clamp();
   switch (options_.kind()) {
     case CouplingKind::None: break;
@@ -156,6 +157,7 @@ std::pair<at::Tensor, at::Tensor> QKCouplingImpl::transform(at::Tensor q, at::Te
         const at::Tensor& given = (i % 2 == 0) ? q : k;
         auto [s, t] = scale_and_shift(conditioners_[i]->forward(given), c);
         target = target * at::exp(s) + t;
+        if (log_scales) log_scales->push_back(s);
       }
       break;
     case CouplingKind::NonInvertible: {

@@ -9,6 +9,8 @@
 #include <torch/nn/pimpl.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cqk/coupling.h"
 #include "cqk/rms_norm.h"
@@ -68,6 +70,11 @@ class AttentionImpl : public torch::nn::Module {
   // before softmax, with masked entries at -inf: [batch, heads, time, time].
   at::Tensor multi_token_logits(const at::Tensor& q, const at::Tensor& k) const;
 
+  // q and k of x as the coupling sees them, [batch', coupling heads, time,
+  // head_dim]: shared keys expanded to every query head; Differential's pairs
+  // folded into the batch (one coupling for both) or into the heads (separate).
+  std::pair<at::Tensor, at::Tensor> coupling_inputs(const at::Tensor& x);
+
   const AttentionOptions& options() const { return options_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t coupling_parameter_count() const { return coupling_->parameter_count(); }
@@ -84,6 +91,13 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x);
   at::Tensor score(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   at::Tensor position(const at::Tensor& x) const;
+  // Grouped-query attention: [B, kv heads, T, d] -> [B, heads, T, d].
+  at::Tensor expand_kv_heads(const at::Tensor& t) const;
+  // Differential: [B, H, T, d] -> [B, 2, H/2, T, d], heads 2i and 2i+1 being
+  // the two (q, k) pairs of differential head i.
+  at::Tensor by_pair(const at::Tensor& t) const;
+  // Differential: the coupling's view of by_pair's layout (see coupling_inputs).
+  std::vector<int64_t> pair_coupling_shape(int64_t batch, int64_t time) const;
   // q, k [batch, heads, time, head_dim] -> coupled, QK-normed (QKNorm kind)
   // and rotated, ready for scoring.
   std::pair<at::Tensor, at::Tensor> prepare_for_scoring(at::Tensor q, at::Tensor k);

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cqk/headwise_mlp.h"
 
@@ -73,8 +74,10 @@ class QKCouplingImpl : public torch::nn::Module {
   int64_t parameter_count() const;
 
   // The map itself, differentiable with plain autograd (used by forward and by
-  // the recomputing backward).
-  std::pair<at::Tensor, at::Tensor> transform(at::Tensor q, at::Tensor k) const;
+  // the recomputing backward). Affine: `log_scales`, when given, receives each
+  // step's clamped log-scale s (coupling_diagnostics.h).
+  std::pair<at::Tensor, at::Tensor> transform(at::Tensor q, at::Tensor k,
+                                              std::vector<at::Tensor>* log_scales = nullptr) const;
   std::pair<at::Tensor, at::Tensor> inverse_transform(at::Tensor q, at::Tensor k) const;
 
  private:
