@@ -60,4 +60,46 @@ std::string describe(const Evaluation& e) {
   return text + target_loss_text("seen", e.seen) + target_loss_text("unseen", e.unseen);
 }
 
+nlohmann::json coupling_json(const std::vector<CouplingDiagnostics>& layers) {
+  auto out = nlohmann::json::array();
+  for (const auto& l : layers) {
+    nlohmann::json j = {{"layer", l.layer}, {"q_change", l.q_change}, {"k_change", l.k_change}};
+    if (l.mean_abs_log_scale) j["mean_abs_log_scale"] = *l.mean_abs_log_scale;
+    if (l.mean_log_det) j["mean_log_det"] = *l.mean_log_det;
+    out.push_back(j);
+  }
+  return out;
+}
+
+std::vector<CouplingDiagnostics> coupling_from_json(const nlohmann::json& layers) {
+  std::vector<CouplingDiagnostics> out;
+  for (const auto& j : layers) {
+    CouplingDiagnostics l;
+    l.layer = j.at("layer").get<int64_t>();
+    l.q_change = j.at("q_change").get<double>();
+    l.k_change = j.at("k_change").get<double>();
+    if (j.contains("mean_abs_log_scale")) l.mean_abs_log_scale = j["mean_abs_log_scale"].get<double>();
+    if (j.contains("mean_log_det")) l.mean_log_det = j["mean_log_det"].get<double>();
+    out.push_back(l);
+  }
+  return out;
+}
+
+std::string describe(const std::vector<CouplingDiagnostics>& layers) {
+  if (layers.empty()) return "no coupling";
+  double q = 0, k = 0, s = 0, det = 0;
+  for (const auto& l : layers) {
+    q += l.q_change;
+    k += l.k_change;
+    s += l.mean_abs_log_scale.value_or(0.0);
+    det += l.mean_log_det.value_or(0.0);
+  }
+  const double n = static_cast<double>(layers.size());
+  std::string text = "coupling over " + std::to_string(layers.size()) + " layers: q change " +
+                     number("%.4f", q / n) + " | k change " + number("%.4f", k / n);
+  if (layers.front().mean_abs_log_scale) text += " | mean |s| " + number("%.4f", s / n);
+  if (layers.front().mean_log_det) text += " | log det " + number("%.4f", det / n);
+  return text;
+}
+
 }  // namespace cqk

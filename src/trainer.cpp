@@ -277,6 +277,11 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
        " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " + std::to_string(peak_flops / 1e9) +
        " GFLOP/s");
   const TargetTables tables = target_tables(*source);  // one pass over the training split, for every evaluation
+  // The coupling's diagnostics (coupling_diagnostics.h) on one fixed validation batch at every evaluation.
+  const auto coupling_batch = [&, batches = source->eval_batches(Split::Valid, 1)]() {
+    return batches.empty() ? std::vector<CouplingDiagnostics>{}
+                           : coupling_diagnostics(model, batches.front().inputs.to(device));
+  };
 
   const auto metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   const auto save = [&] {
@@ -352,13 +357,17 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
       const auto valid =
           evaluate_split(dist, model, *source, Split::Valid, config.train.eval_batches, device, tables);
+      std::vector<CouplingDiagnostics> coupling;
       if (dist.is_main()) {
         auto line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
         line.update(flat_evaluation_json("valid_", valid));
+        coupling = coupling_batch();
+        if (!coupling.empty()) line["coupling"] = coupling_json(coupling);
         append_line(metrics_path, line.dump());
       }
       progress.finish();
       info("step " + std::to_string(state.step) + " valid " + describe(valid));
+      if (!coupling.empty()) info("step " + std::to_string(state.step) + " " + describe(coupling));
     }
     const bool periodic = config.train.checkpoint_every > 0 && state.step % config.train.checkpoint_every == 0;
     const bool paused = options.max_steps > 0 && state.step - first_step >= options.max_steps;
@@ -384,7 +393,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   dump_weights_for_test_if_requested(*model, dist.rank());
   if (!dist.is_main()) return summary;  // rank 0 writes the results
   save_weights_for_python((fs::path(run_dir) / "model.pt").string(), *model);
-  const nlohmann::json results = {{"name", config.run.name},
+  const auto coupling = coupling_batch();
+  nlohmann::json results = {{"name", config.run.name},
                                   {"seed", config.run.seed},
                                   {"steps", state.step},
                                   {"tokens", state.tokens},
@@ -395,9 +405,11 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
                                   {"valid", evaluation_json(summary.valid)},
                                   {"test", evaluation_json(summary.test)},
                                   {"config_hash", hash}};
+  if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
   write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
   log::info("finished: valid " + describe(summary.valid));
   log::info("finished: test " + describe(summary.test));
+  if (!coupling.empty()) log::info("finished: " + describe(coupling));
   return summary;
 }
 

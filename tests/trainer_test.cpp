@@ -19,6 +19,7 @@
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
+#include "cqk/evaluation_report.h"
 #include "cqk/trainer.h"
 #include "temp_dir.h"
 #include "test_io.h"
@@ -180,6 +181,14 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
       ++valid_lines;
       EXPECT_TRUE(std::isfinite(j["valid_ppl"].get<double>())) << line;
       EXPECT_GE(j["valid_ppl"].get<double>(), 1.0) << line;
+      // The coupling's diagnostics, one entry per layer, affine: all four.
+      ASSERT_TRUE(j.contains("coupling")) << line;
+      const auto layers = cqk::coupling_from_json(j["coupling"]);
+      EXPECT_EQ(static_cast<int64_t>(layers.size()), config.model.layers) << line;
+      for (const auto& layer : layers) {
+        EXPECT_GT(layer.q_change + layer.k_change, 0.0) << line;  // trained away from the identity
+        EXPECT_TRUE(layer.mean_abs_log_scale && layer.mean_log_det) << line;
+      }
       continue;
     }
     ++training_lines;
@@ -205,6 +214,7 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
   EXPECT_GT(results["params"].get<int64_t>(), results["coupling_params"].get<int64_t>());
   EXPECT_GT(results["coupling_params"].get<int64_t>(), 0);  // the default config couples with affine
   EXPECT_EQ(results["config_hash"], cqk::config_hash(resolved));
+  EXPECT_EQ(static_cast<int64_t>(cqk::coupling_from_json(results["coupling"]).size()), config.model.layers);
 
   EXPECT_FALSE(read_file(dir / "train.log").empty());
 

@@ -6,6 +6,9 @@
 
 #include <string>
 
+#include <vector>
+
+#include "cqk/coupling_diagnostics.h"
 #include "cqk/evaluation.h"
 
 namespace cqk {
@@ -23,5 +26,15 @@ nlohmann::json flat_evaluation_json(const std::string& prefix, const Evaluation&
 // "ppl P | loss L | accuracy A | tokens N | bpb B | word ppl W | seen loss S (n) | unseen loss U (m)",
 // leaving out what evaluation_json leaves out.
 std::string describe(const Evaluation& evaluation);
+
+// [{"layer", "q_change", "k_change", "mean_abs_log_scale", "mean_log_det"}, ...]
+// (the last two only where known): the "coupling" of metrics.jsonl's eval
+// lines and of results.json.
+nlohmann::json coupling_json(const std::vector<CouplingDiagnostics>& layers);
+std::vector<CouplingDiagnostics> coupling_from_json(const nlohmann::json& layers);
+
+// "coupling over N layers: q change Q | k change K | mean |s| S | log det D",
+// means over the layers (`cqk inspect RUN_DIR` shows each layer).
+std::string describe(const std::vector<CouplingDiagnostics>& layers);
 
 }  // namespace cqk
