@@ -204,6 +204,12 @@ Config load_run_config(const std::string& run_dir) {
   return load_config(path);
 }
 
+std::string run_config_hash(const std::string& run_dir, const Config& config) {
+  const std::string hash = config_hash(config);
+  if (!fs::exists(fs::path(run_dir) / "config.yaml")) return hash;
+  return config_hash(load_run_config(run_dir)) == hash ? stored_config_hash(run_dir) : hash;
+}
+
 TrainSummary train(const Config& input_config, const TrainOptions& options) {
   Config config = input_config;
   validate(config);
@@ -222,7 +228,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
                                 ") is smaller than the data's vocabulary (" + std::to_string(source->vocab_size()) +
                                 ")");
-  const std::string hash = config_hash(config);
+  const std::string hash = options.resume ? run_config_hash(run_dir, config) : config_hash(config);
   const auto device = rank_device(choose_device(config.train.device), dist_env);
   DistributedContext dist(dist_env, device);  // rendezvous and process group; a no-op for one process
   dist.check_config_hash(hash);

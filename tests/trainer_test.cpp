@@ -390,6 +390,36 @@ TEST(Trainer, StoredConfigHashIsTheHashItsCheckpointsCarry) {
   EXPECT_EQ(cqk::stored_config_hash(dir.path()), state.config_hash);
 }
 
+// A run paused by an older cqk, whose config.yaml lacks keys this one added
+// (simulated by a config.yaml that reads back the same but is not this cqk's
+// to_yaml, and checkpoints carrying that file's hash), continues with
+// --resume; a config that reads back differently is still refused.
+TEST(Trainer, ResumeContinuesARunWrittenByAnOlderCqk) {
+  TempDir dir("cqk-resume-older");
+  const auto config = tiny_run_config({"train.steps=4", "train.checkpoint_every=100"});
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 2)).outcome, cqk::TrainOutcome::Paused);
+  {
+    std::ofstream yaml(dir / "config.yaml", std::ios::app);
+    yaml << "# a key this cqk does not write\n";
+  }
+  const auto newest = cqk::list_checkpoints(dir.path()).back();
+  cqk::Config written = cqk::load_run_config(dir.path());
+  cqk::TransformerLM model(written.model);
+  auto optimizer = cqk::make_optimizer(model, written.train);
+  auto state = cqk::load_checkpoint(newest, *model, *optimizer, "");
+  state.config_hash = cqk::stored_config_hash(dir.path());
+  cqk::save_checkpoint(newest, *model, *optimizer, state);
+
+  auto changed = written;
+  changed.train.lr *= 2;
+  EXPECT_THROW(cqk::train(changed, in_dir(dir, 0, true)), std::runtime_error);
+  const auto resumed = cqk::train(written, in_dir(dir, 0, true));
+  EXPECT_EQ(resumed.outcome, cqk::TrainOutcome::Finished);
+  EXPECT_EQ(resumed.step, 4);
+  const auto results = nlohmann::json::parse(read_file(dir / "results.json"));
+  EXPECT_EQ(results["config_hash"], state.config_hash);
+}
+
 TEST(Trainer, ExitCodesFollowTheOutcome) {
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Finished), 0);
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Paused), 0);

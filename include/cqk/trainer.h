@@ -38,6 +38,13 @@ TrainSummary train(const Config& config, const TrainOptions& options);
 // The resolved config stored in a run directory (for --resume, eval).
 Config load_run_config(const std::string& run_dir);
 
+// The config hash that the checkpoints and results.json of the run in run_dir
+// carry if `config` is its config: the hash of its config.yaml as written
+// (stored_config_hash) when that file reads back as `config`, so that a newer
+// cqk whose to_yaml has more keys still continues older runs; else
+// config_hash(config), which they do not carry (a changed config is refused).
+std::string run_config_hash(const std::string& run_dir, const Config& config);
+
 // The trainer's AdamW (FusedAdamW): decoupled weight decay on matrices only
 // (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr
 // train.lr; the coupling's parameters take train.coupling_lr_scale times the

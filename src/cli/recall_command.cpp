@@ -59,7 +59,7 @@ std::optional<double> finished_accuracy(const std::filesystem::path& run_dir, co
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": " + e.what());
   }
-  const std::string expected = config_hash(config);
+  const std::string expected = run_config_hash(run_dir.string(), config);
   if (found_hash != expected)
     throw std::runtime_error(run_dir.string() + ": finished with another config (config_hash " + found_hash +
                              ", this study's " + expected + "); use another --out or remove the folder");
