@@ -121,6 +121,29 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_NE(inspect.out.find("(" + std::to_string(results["params"].get<int64_t>()) + ")\n"), std::string::npos)
       << inspect.out;
+
+  // inspect on the run folder: the same model, and its coupling's diagnostics
+  // as logged at the evaluation of step 3 and at the end, and for the newest
+  // checkpoint per layer (1 layer) on the validation batch the trainer used.
+  const auto run_report = tool("inspect " + run);
+  ASSERT_EQ(run_report.exit_code, 0) << run_report.err;
+  EXPECT_NE(run_report.out.find("(" + std::to_string(results["params"].get<int64_t>()) + ")\n"), std::string::npos)
+      << run_report.out;
+  const auto logged = run_report.out.find("coupling at each evaluation");
+  const auto current = run_report.out.find("coupling per layer at step 6");
+  ASSERT_NE(logged, std::string::npos) << run_report.out;
+  ASSERT_NE(current, std::string::npos) << run_report.out;
+  const auto row = [&](std::size_t from, const std::string& label) {
+    std::smatch match;
+    const std::string text = run_report.out.substr(from);
+    EXPECT_TRUE(std::regex_search(text, match, std::regex("\n *" + label + "((?: +[-0-9.]+){4})\n")))
+        << label << " in " << text;
+    return match.size() > 1 ? match[1].str() : std::string();
+  };
+  EXPECT_FALSE(row(logged, "3").empty());
+  // The final row of the log and layer 0 now are the same numbers.
+  EXPECT_EQ(row(logged, "final"), row(current, "0"));
+  expect_one_error_line(tool("inspect " + run + " --yaml"), "apply to configs, not runs");
 }
 
 // `cqk recall` on a grid of 2 couplings x 2 seeds with tiny runs: the table

@@ -24,6 +24,7 @@
 #include "cqk/token_loader.h"
 #include "cqk/tokenizer.h"
 #include "cqk/trainer.h"
+#include "trained_model.h"
 
 namespace cqk::cli {
 
@@ -59,10 +60,6 @@ std::unique_ptr<BatchSource> evaluation_folder(const Config& config, const std::
 }
 }  // namespace
 
-// Also used by generate_command.cpp. `target` is a run directory (its newest
-// readable checkpoint) or a checkpoint file RUN/checkpoints/step-*.ckpt. Fills
-// the run's config, the checkpoint read and its step; the model is in eval
-// mode on `device_name` (auto|cpu|cuda; empty: the run's train.device).
 TransformerLM load_trained_model(const std::string& target, const std::string& device_name, Config& config,
                                  std::string& checkpoint, int64_t& step) {
   std::string run_dir;

@@ -17,12 +17,9 @@
 #include "cqk/config.h"
 #include "cqk/model.h"
 #include "cqk/sampling.h"
+#include "trained_model.h"
 
 namespace cqk::cli {
-
-// Defined in eval_command.cpp.
-TransformerLM load_trained_model(const std::string& target, const std::string& device_name, Config& config,
-                                 std::string& checkpoint, int64_t& step);
 
 namespace {
 

@@ -1,10 +1,16 @@
 // `cqk inspect [CONFIG] [--set k=v]...`: the resolved model of a config (its
 // shape, parameter counts by part, coupling share and FLOPs per token), or with
 // --yaml the fully resolved config, without training anything.
+// `cqk inspect RUN_DIR`: the same for a run, and whether it uses its coupling
+// (coupling_diagnostics.h): as logged at its evaluations, and per layer for
+// its newest checkpoint on one validation batch.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -12,10 +18,15 @@
 #include <vector>
 
 #include "commands.h"
+#include "cqk/batch_source.h"
 #include "cqk/config_loader.h"
+#include "cqk/coupling_diagnostics.h"
+#include "cqk/evaluation_report.h"
 #include "cqk/model.h"
 #include "cqk/runtime.h"
 #include "cqk/token_file.h"
+#include "cqk/trainer.h"
+#include "trained_model.h"
 
 namespace cqk::cli {
 namespace {
@@ -103,6 +114,78 @@ void print_summary(const Config& config, const std::string& source) {
             << " (training, forward + backward, seq_len " << config.data.seq_len << ")\n";
 }
 
+void print_diagnostics_row(const std::string& label, const CouplingDiagnostics& d) {
+  const auto cell = [](const std::optional<double>& value) {
+    return value ? format("%10.4f", *value) : std::string("         -");
+  };
+  char head[64];
+  std::snprintf(head, sizeof head, "%8s", label.c_str());
+  std::cout << head << cell(d.q_change) << cell(d.k_change) << cell(d.mean_abs_log_scale) << cell(d.mean_log_det)
+            << "\n";
+}
+
+const char* kDiagnosticsHeader = "    step  q change  k change  mean |s|   log det\n";
+
+// The layers' mean of each diagnostic (a metric left out stays left out).
+CouplingDiagnostics mean_over_layers(const std::vector<CouplingDiagnostics>& layers) {
+  CouplingDiagnostics mean;
+  const double n = static_cast<double>(layers.size());
+  for (const auto& l : layers) {
+    mean.q_change += l.q_change / n;
+    mean.k_change += l.k_change / n;
+    if (l.mean_abs_log_scale) mean.mean_abs_log_scale = mean.mean_abs_log_scale.value_or(0.0) + *l.mean_abs_log_scale / n;
+    if (l.mean_log_det) mean.mean_log_det = mean.mean_log_det.value_or(0.0) + *l.mean_log_det / n;
+  }
+  return mean;
+}
+
+// The diagnostics logged at each evaluation (metrics.jsonl) and at the end (results.json).
+void print_logged_diagnostics(const fs::path& run_dir) {
+  std::cout << "\ncoupling at each evaluation (means over layers, one validation batch):\n" << kDiagnosticsHeader;
+  int rows = 0;
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (entry.is_discarded() || !entry.contains("coupling")) continue;  // a torn last line is skipped too
+    print_diagnostics_row(std::to_string(entry["step"].get<int64_t>()), mean_over_layers(coupling_from_json(entry["coupling"])));
+    ++rows;
+  }
+  std::ifstream results_file(run_dir / "results.json");
+  const auto results = nlohmann::json::parse(results_file, nullptr, /*allow_exceptions=*/false);
+  if (!results.is_discarded() && results.contains("coupling")) {
+    print_diagnostics_row("final", mean_over_layers(coupling_from_json(results["coupling"])));
+    ++rows;
+  }
+  if (rows == 0) std::cout << "  none logged (no evaluation yet, or the run predates the diagnostics)\n";
+}
+
+// The newest checkpoint's diagnostics per layer, computed now.
+void print_current_diagnostics(const std::string& run_dir) {
+  Config config;
+  std::string checkpoint;
+  int64_t step = 0;
+  try {
+    auto model = load_trained_model(run_dir, "auto", config, checkpoint, step);
+    auto batches = make_batch_source(config.data, config.run.seed)->eval_batches(Split::Valid, 1);
+    if (batches.empty()) throw std::runtime_error("the validation split is empty");
+    const auto device = model->embedding->weight.device();
+    const auto layers = coupling_diagnostics(model, batches.front().inputs.to(device));
+    std::cout << "\ncoupling per layer at step " << step << " (" << checkpoint << ", one validation batch):\n"
+              << "   layer  q change  k change  mean |s|   log det\n";
+    for (const auto& layer : layers) print_diagnostics_row(std::to_string(layer.layer), layer);
+  } catch (const std::exception& e) {
+    std::cout << "\ncoupling per layer: not computed: " << one_line(e.what()) << "\n";
+  }
+}
+
+void print_run(const std::string& run_dir) {
+  Config config = load_run_config(run_dir);
+  print_summary(config, (fs::path(run_dir) / "config.yaml").string());
+  if (parse_coupling_kind(config.model.attention.coupling.kind) == CouplingKind::None) return;
+  print_logged_diagnostics(run_dir);
+  print_current_diagnostics(run_dir);
+}
+
 }  // namespace
 
 void add_inspect_command(CLI::App& app) {
@@ -112,12 +195,23 @@ void add_inspect_command(CLI::App& app) {
     bool yaml = false;
   };
   auto args = std::make_shared<Arguments>();
-  auto* inspect = app.add_subcommand("inspect", "Show the model a config builds: shape, parameters, FLOPs per token");
-  inspect->add_option("config", args->config_path, "YAML config file; omitted: the embedded configs/default.yaml");
+  auto* inspect = app.add_subcommand(
+      "inspect", "Show the model a config builds (shape, parameters, FLOPs per token), or a run's and its coupling");
+  inspect->add_option("config", args->config_path,
+                      "YAML config file (omitted: the embedded configs/default.yaml), or a run directory: its model "
+                      "and how far its coupling moves q and k")
+      ->type_name("CONFIG_OR_RUN_DIR");
   inspect->add_option("--set", args->overrides, "Override a config key, e.g. --set model.layers=4")
       ->type_name("KEY=VALUE");
   inspect->add_flag("--yaml", args->yaml, "Print the fully resolved config as YAML instead");
   inspect->callback([args] {
+    if (!args->config_path.empty() && fs::is_directory(args->config_path)) {
+      if (!args->overrides.empty() || args->yaml)
+        throw std::invalid_argument("inspect " + args->config_path + ": --set and --yaml apply to configs, not runs");
+      print_run(args->config_path);
+      exit_status() = 0;
+      return;
+    }
     Config config = args->config_path.empty() ? default_config(args->overrides)
                                               : load_config(args->config_path, args->overrides);
     resolve_vocab_size(config);
