@@ -8,10 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "cqk/fused_attention.h"
-#include "cqk/fused_coupling.h"
-#include "cqk/rope.h"
-#include "cpu_coupling.h"
+#include "ops/qk_path.h"
 
 namespace cqk {
 
@@ -34,10 +31,6 @@ at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
 // [batch, heads, time, dim] -> [batch, time, heads * dim]
 at::Tensor merge_heads(const at::Tensor& x) {
   return x.transpose(1, 2).reshape({x.size(0), x.size(2), -1});
-}
-
-std::optional<double> rope_base_of(const AttentionOptions& options) {
-  return options.rope() ? std::optional<double>(options.rope_base()) : std::nullopt;
 }
 
 }  // namespace
@@ -117,10 +110,6 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
   }
 }
 
-at::Tensor AttentionImpl::position(const at::Tensor& x) const {
-  return options_.rope() ? apply_rope(x, options_.rope_base()) : x;
-}
-
 at::Tensor AttentionImpl::expand_kv_heads(const at::Tensor& t) const {
   // The coupling pairs each query head with a key head, so shared keys are expanded first.
   const int64_t repeat = options_.num_heads() / kv_heads_;
@@ -147,24 +136,20 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::coupling_inputs(const at::Tenso
   return {by_pair(q).reshape(shape), by_pair(k).reshape(shape)};
 }
 
-std::pair<at::Tensor, at::Tensor> AttentionImpl::prepare_for_scoring(at::Tensor q, at::Tensor k) {
-  // The coupling kernels apply what follows the coupling in the same pass: on
-  // CUDA QK-norm and RoPE, on the CPU RoPE.
-  const bool qk_norm = options_.kind() == AttentionKind::QKNorm;
-  if (fused_affine_coupling_applies(*coupling_, q, k) &&
-      (!qk_norm || fused_qk_norm_applies(q_norm->weight, k_norm->weight, q))) {
-    std::optional<FusedQKNorm> norm;
-    if (qk_norm) norm = FusedQKNorm{q_norm->weight, k_norm->weight, q_norm->eps()};
-    return fused_affine_coupling(*coupling_, q, k, rope_base_of(options_), norm);
+ops::BeforeScoring AttentionImpl::before_scoring() const {
+  ops::BeforeScoring before;
+  if (options_.rope()) before.rope_base = options_.rope_base();
+  if (options_.kind() == AttentionKind::QKNorm) {
+    before.q_norm = q_norm.get();
+    before.k_norm = k_norm.get();
   }
-  if (!qk_norm && cpu_affine_coupling_applies(*coupling_, q, k))
-    return cpu_affine_coupling(*coupling_, q, k, rope_base_of(options_));
-  std::tie(q, k) = coupling_(q, k);
-  if (qk_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  return {position(q), position(k)};
+  return before;
+}
+
+ops::Scoring AttentionImpl::scoring() const {
+  // Every kind but MultiToken scores with softmax attention (SDPA).
+  return {[this](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return score(q, k, v); },
+          options_.causal() && options_.kind() != AttentionKind::MultiToken};
 }
 
 at::Tensor AttentionImpl::multi_token_logits(const at::Tensor& q, const at::Tensor& k) const {
@@ -207,36 +192,16 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   auto k = split_heads(k_proj(x), kv_heads_);
   if (options_.kind() == AttentionKind::Differential) return forward_differential(q, k, x);
 
-  k = expand_kv_heads(k);
   const auto v = expand_kv_heads(split_heads(v_proj(x), kv_heads_));
-  if (options_.kind() == AttentionKind::Vanilla && options_.causal() &&
-      fused_coupled_attention_applies(*coupling_, q, k, v)) {
-    return out_proj(merge_heads(fused_coupled_attention(*coupling_, q, k, v, rope_base_of(options_))));
-  }
-  std::tie(q, k) = prepare_for_scoring(q, k);
-  return out_proj(merge_heads(score(q, k, v)));
+  return out_proj(
+      merge_heads(ops::coupled_attention(*coupling_, q, expand_kv_heads(k), v, before_scoring(), scoring())));
 }
 
-at::Tensor AttentionImpl::forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x) {
+at::Tensor AttentionImpl::forward_differential(const at::Tensor& q, const at::Tensor& k, const at::Tensor& x) {
   const int64_t batch = x.size(0), time = x.size(1), heads = options_.num_heads() / 2;
   const auto v = split_heads(v_proj(x), heads);  // [B, H/2, T, 2d]
-  q = by_pair(q);
-  k = by_pair(k);
-  at::Tensor a1v, a2v;
-  if (options_.causal() && fused_paired_coupled_attention_applies(*coupling_, q, k, v)) {
-    // Both maps in one launch; the kernels read the coupling's layout (one per
-    // head shared by the pairs, or separate) from its head count.
-    const auto both = fused_paired_coupled_attention(*coupling_, q, k, v, rope_base_of(options_));
-    a1v = both.select(1, 0);
-    a2v = both.select(1, 1);
-  } else {
-    const auto shape = pair_coupling_shape(batch, time);
-    std::tie(q, k) = prepare_for_scoring(q.reshape(shape), k.reshape(shape));
-    q = q.reshape({batch, 2, heads, time, head_dim_});
-    k = k.reshape({batch, 2, heads, time, head_dim_});
-    a1v = score(q.select(1, 0), k.select(1, 0), v);
-    a2v = score(q.select(1, 1), k.select(1, 1), v);
-  }
+  const auto [a1v, a2v] = ops::paired_coupled_attention(*coupling_, by_pair(q), by_pair(k), v, before_scoring(),
+                                                        pair_coupling_shape(batch, time), scoring());
   const auto lambda = at::exp((lambda_q1 * lambda_k1).sum()) - at::exp((lambda_q2 * lambda_k2).sum()) + lambda_init_;
   // (A1 - lambda A2) V = A1 V - lambda A2 V: two fused attention calls (or one flash launch for both).
   const auto out = head_norm(a1v - lambda.to(a1v.scalar_type()) * a2v) * (1.0 - lambda_init_);

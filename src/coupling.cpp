@@ -1,13 +1,9 @@
 #include "cqk/coupling.h"
 
-#include "cpu_coupling.h"
-#include "cqk/fused_coupling.h"
-
-#include <ATen/autocast_mode.h>
-#include <torch/autograd.h>
-
 #include <cmath>
 #include <stdexcept>
+
+#include "ops/qk_path.h"
 
 namespace cqk {
 
@@ -214,86 +210,9 @@ std::pair<at::Tensor, at::Tensor> QKCouplingImpl::inverse_transform(at::Tensor q
   return {q, k};
 }
 
-namespace {
-
-// Saves only the coupling's outputs; the backward rebuilds the inputs with the
-// exact inverse and differentiates the map again from there.
-struct RecomputeFromInverse : public torch::autograd::Function<RecomputeFromInverse> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
-                                                const at::Tensor& k, QKCouplingImpl* coupling,
-                                                at::TensorList params) {
-    auto [q_out, k_out] = coupling->transform(q, k);
-    // The module outlives the backward pass of any graph built through it.
-    ctx->saved_data["coupling"] = reinterpret_cast<int64_t>(coupling);
-    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
-    ctx->save_for_backward({q_out, k_out});
-    return {q_out, k_out};
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* coupling = reinterpret_cast<QKCouplingImpl*>(ctx->saved_data["coupling"].toInt());
-    const auto saved = ctx->get_saved_variables();
-    at::Tensor q, k;
-    {
-      at::NoGradGuard no_grad;
-      std::tie(q, k) = coupling->inverse_transform(saved[0], saved[1]);
-    }
-    q = q.detach().requires_grad_(true);
-    k = k.detach().requires_grad_(true);
-    torch::autograd::variable_list inputs{q, k};
-    for (const auto& p : coupling->parameters()) inputs.push_back(p);
-    at::AutoGradMode enable_grad(true);
-    auto [q_out, k_out] = coupling->transform(q, k);
-    const auto grad_or_zero = [](const at::Tensor& g, const at::Tensor& like) {
-      return g.defined() ? g : at::zeros_like(like);
-    };
-    auto input_grads = torch::autograd::grad({q_out, k_out}, inputs,
-                                             {grad_or_zero(grads[0], q_out), grad_or_zero(grads[1], k_out)},
-                                             /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    torch::autograd::variable_list result{input_grads[0], input_grads[1], at::Tensor()};
-    result.insert(result.end(), input_grads.begin() + 2, input_grads.end());
-    return result;
-  }
-};
-
-bool is_reduced_precision(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
-}
-
-}  // namespace
-
 std::pair<at::Tensor, at::Tensor> QKCouplingImpl::forward(const at::Tensor& q, const at::Tensor& k) {
   check_input(q, k, "forward");
-  if (options_.kind() == CouplingKind::None) return {q, k};
-#ifdef CQK_WITH_CUDA
-  // The fused CUDA kernels (kernels/fused_coupling.cu, docs/KERNELS.md) when
-  // they cover these inputs; the ATen path below is the fallback and reference.
-  if (options_.kind() == CouplingKind::Affine && q.is_cuda() && fused_affine_coupling_applies(*this, q, k))
-    return fused_affine_coupling(*this, q, k);
-#endif
-  // The map runs in float32 even under bf16 autocast: exp(s) and the inverse
-  // need the precision, and the work is tiny next to the scoring.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  const auto out_type = q.scalar_type();
-  const bool upcast = is_reduced_precision(q);
-  const auto qf = upcast ? q.to(at::kFloat) : q;
-  const auto kf = upcast ? k.to(at::kFloat) : k;
-
-  std::pair<at::Tensor, at::Tensor> out;
-  const bool needs_graph = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || is_training());
-  if (cpu_affine_coupling_applies(*this, qf, kf)) {
-    out = cpu_affine_coupling(*this, qf, kf);  // the CPU kernel (src/simd/), one pass per token
-  } else if (options_.recompute_from_inverse() && is_invertible(options_) && needs_graph) {
-    const auto params = parameters();
-    // As a TensorList, each parameter counts as an input of the autograd node.
-    auto outputs = RecomputeFromInverse::apply(qf, kf, this, at::TensorList(params));
-    out = {outputs[0], outputs[1]};
-  } else {
-    out = transform(qf, kf);
-  }
-  if (upcast) out = {out.first.to(out_type), out.second.to(out_type)};
-  return out;
+  return ops::couple(*this, q, k);
 }
 
 std::pair<at::Tensor, at::Tensor> QKCouplingImpl::inverse(const at::Tensor& q, const at::Tensor& k) {

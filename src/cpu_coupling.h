@@ -1,6 +1,6 @@
 #pragma once
 // The affine coupling's CPU kernel (src/simd/affine_coupling_cpu.cpp) as a
-// torch autograd function. QKCoupling::forward takes it by itself for float32
+// torch autograd function. The q/k path (src/ops/qk_path.h) takes it for float32
 // CPU tensors when cpu_affine_coupling_applies(); the ATen path stays the
 // fallback and the reference (CQK_FUSED_COUPLING=0 forces it). Internal to the library.
 #include <ATen/core/Tensor.h>
@@ -19,7 +19,7 @@ class QKCouplingImpl;
 bool cpu_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k);
 
 // The coupling of (q, k), differentiable with respect to q, k and the
-// coupling's weights; like RecomputeFromInverse it keeps only its outputs.
+// coupling's weights; like ops::recompute_from_inverse it keeps only its outputs.
 // Outputs are contiguous [batch, heads, time, head_dim]; with rope_base they
 // are also rotated by RoPE (apply_rope's rotation, positions 0 .. time-1),
 // in the same pass, and the backward rotates back what it reads.

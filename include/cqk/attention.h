@@ -17,6 +17,11 @@
 
 namespace cqk {
 
+namespace ops {  // src/ops/qk_path.h (internal to the library)
+struct BeforeScoring;
+struct Scoring;
+}  // namespace ops
+
 enum class AttentionKind {
   Vanilla,       // softmax(q k^T / sqrt(d)) v, fused SDPA
   Differential,  // (softmax(q1 k1^T) - lambda softmax(q2 k2^T)) v, arXiv 2410.05258
@@ -88,9 +93,11 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor mta_mixing;                     // MultiToken: [heads / group, group, group]
 
  private:
-  at::Tensor forward_differential(at::Tensor q, at::Tensor k, const at::Tensor& x);
+  at::Tensor forward_differential(const at::Tensor& q, const at::Tensor& k, const at::Tensor& x);
   at::Tensor score(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
-  at::Tensor position(const at::Tensor& x) const;
+  // What ops:: (src/ops/qk_path.h) applies between the coupling and the scores, and how it scores.
+  ops::BeforeScoring before_scoring() const;
+  ops::Scoring scoring() const;
   // Grouped-query attention: [B, kv heads, T, d] -> [B, heads, T, d].
   at::Tensor expand_kv_heads(const at::Tensor& t) const;
   // Differential: [B, H, T, d] -> [B, 2, H/2, T, d], heads 2i and 2i+1 being
@@ -98,9 +105,6 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor by_pair(const at::Tensor& t) const;
   // Differential: the coupling's view of by_pair's layout (see coupling_inputs).
   std::vector<int64_t> pair_coupling_shape(int64_t batch, int64_t time) const;
-  // q, k [batch, heads, time, head_dim] -> coupled, QK-normed (QKNorm kind)
-  // and rotated, ready for scoring.
-  std::pair<at::Tensor, at::Tensor> prepare_for_scoring(at::Tensor q, at::Tensor k);
 
   AttentionOptions options_;
   int64_t head_dim_;

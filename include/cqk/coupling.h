@@ -64,7 +64,8 @@ class QKCouplingImpl : public torch::nn::Module {
  public:
   explicit QKCouplingImpl(const CouplingOptions& options);
 
-  // q, k: [batch, heads, time, head_dim]. Returns the coupled (q', k').
+  // q, k: [batch, heads, time, head_dim]. Returns the coupled (q', k'), by the
+  // fastest path that covers the inputs (src/ops/qk_path.h).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor& k);
   // The exact inverse: inverse(forward(q, k)) == (q, k). Throws for the
   // non-invertible kinds (NonInvertible, Uncoupled, Dynamics with Euler).
@@ -73,8 +74,8 @@ class QKCouplingImpl : public torch::nn::Module {
   const CouplingOptions& options() const { return options_; }
   int64_t parameter_count() const;
 
-  // The map itself, differentiable with plain autograd (used by forward and by
-  // the recomputing backward). Affine: `log_scales`, when given, receives each
+  // The map itself in ATen, differentiable with plain autograd: the reference
+  // every accelerated path is tested against, and the last resort of forward. Affine: `log_scales`, when given, receives each
   // step's clamped log-scale s (coupling_diagnostics.h).
   std::pair<at::Tensor, at::Tensor> transform(at::Tensor q, at::Tensor k,
                                               std::vector<at::Tensor>* log_scales = nullptr) const;

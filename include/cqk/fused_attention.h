@@ -8,7 +8,7 @@
 // Off by default: it has not yet been measured against the default GPU path
 // (fused coupling kernel + PyTorch SDPA) on a GPU. CQK_FUSED_ATTENTION=1 in the
 // environment or set_fused_attention_enabled(true) turns it on; then
-// cqk::Attention takes it for causal vanilla and differential attention with
+// the q/k path (src/ops/qk_path.h) takes it for causal softmax attention with
 // an affine coupling whenever fused_coupled_attention_applies() (vanilla) or
 // fused_paired_coupled_attention_applies() (differential). docs/KERNELS.md.
 //
@@ -48,8 +48,8 @@ at::Tensor fused_coupled_attention(const QKCouplingImpl& coupling, const at::Ten
 // The coupling has either `heads` heads, each shared by the pairs (the
 // differential module's default, which folds the pairs into the batch), or
 // pairs * heads, pair-major (its separate_pair_couplings). Same conditions as
-// fused_coupled_attention_applies otherwise; compiled: head_dim 64 with
-// value_dim 64 or 128, head_dim 128 with value_dim 128.
+// fused_coupled_attention_applies otherwise; the compiled (head_dim,
+// value_dim) pairs are kernels::coupled_attention_shape_supported's.
 bool fused_paired_coupled_attention_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v);
 

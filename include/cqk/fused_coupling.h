@@ -1,6 +1,6 @@
 #pragma once
 // The fused CUDA affine coupling (kernels/fused_coupling.cu) as a torch
-// autograd function. QKCoupling::forward takes this path by itself for CUDA
+// autograd function. The q/k path (src/ops/qk_path.h) takes it for CUDA
 // tensors when fused_affine_coupling_applies(); the ATen path stays the
 // fallback and the reference. See docs/KERNELS.md.
 //
@@ -27,7 +27,7 @@ bool fused_coupling_built();
 bool fused_coupling_enabled();
 void set_fused_coupling_enabled(bool enabled);
 
-// Whether QKCoupling::forward(q, k) may use the fused kernels: the switch is
+// Whether the q/k path may use the fused kernels for (q, k): the switch is
 // on, the kind is affine, q and k are CUDA tensors of one dtype (float32 or
 // bfloat16) and shape on one device, the head dim / hidden / steps are compiled
 // (cqk::kernels::fused_coupling_supported) and the weights are float32 on that

@@ -323,7 +323,7 @@ inline Result check_kernels(const Case& c, uint64_t seed) {
   return result;
 }
 
-// QKCoupling::forward on CUDA takes the fused path (with the switch on) and
+// QKCoupling::forward on CUDA takes the fused path (src/ops/qk_path.h) (with the switch on) and
 // gives the ATen path's outputs and gradients (switch off).
 inline Result check_module_dispatch(const Case& c, uint64_t seed) {
   using namespace detail;

@@ -135,7 +135,7 @@ int run_checks(bool quick) {
 }
 
 // The coupling and RoPE of the attention's default (non-flash) path: one
-// fused kernel where it applies, as Attention::prepare_for_scoring does.
+// fused kernel where it applies, as the q/k path (src/ops/qk_path.h) does.
 std::pair<at::Tensor, at::Tensor> coupled_and_rotated(cqk::QKCoupling& coupling, const at::Tensor& q,
                                                       const at::Tensor& k) {
   constexpr double kBase = 10000.0;
