@@ -141,7 +141,7 @@ TEST(ExperimentConfigs, GridIsComplete) {
       ASSERT_NE(c, nullptr) << "missing";
       EXPECT_EQ(c->model.attention.kind, attention);
       EXPECT_EQ(c->model.attention.coupling.kind, control);
-      // Controls are capacity-matched to the method within 5% (DESIGN.md).
+      // Controls are capacity-matched to the method within 5% (docs/METHOD.md).
       const double affine = cqk::parameter_breakdown(get("150m-" + attention + "-affine")->model).coupling;
       EXPECT_NEAR(cqk::parameter_breakdown(c->model).coupling / affine, 1.0, 0.05);
     }

@@ -1,7 +1,7 @@
 #pragma once
 // The coupled query-key map: a small per-head map that evolves each token's
 // (q, k) jointly between the projections and the scoring. See
-// docs/ARCHITECTURE.md and ../shared/DESIGN.md for the math.
+// docs/METHOD.md for the math and docs/ARCHITECTURE.md for the data flow.
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
@@ -57,7 +57,7 @@ bool is_invertible(const CouplingOptions& options);
 // Hidden width of the kind's MLPs: `hidden` for Affine, matched to Affine's
 // parameter count for the controls.
 int64_t coupling_hidden_width(const CouplingOptions& options);
-// Parameters of a coupling with these options (the formula of DESIGN.md).
+// Parameters of a coupling with these options (the formula of docs/METHOD.md).
 int64_t coupling_parameter_count(const CouplingOptions& options);
 
 class QKCouplingImpl : public torch::nn::Module {
