@@ -1,6 +1,5 @@
 #include "cqk/benchmark.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/core/Dict.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,9 +23,12 @@
 #include "cqk/batch_source.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/device.h"
+#include "cqk/distributed.h"
 #include "cqk/flops.h"
 #include "cqk/model.h"
 #include "cqk/runtime.h"
+#include "cqk/train_step.h"
 #include "cqk/trainer.h"
 
 #ifdef CQK_WITH_CUDA
@@ -61,45 +63,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-// The trainer's device and dtype rules (train.device, train.dtype).
-c10::Device choose_device(const std::string& name) {
-  const bool cuda = torch::cuda::is_available();
-  if (name == "cuda" && !cuda) throw std::invalid_argument("train.device: cuda requested but no GPU is visible");
-  if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
-  if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
-  throw std::invalid_argument("train.device: expected auto|cpu|cuda, got '" + name + "'");
-}
-
-bool use_bf16(const TrainConfig& train, const c10::Device& device) {
-  if (train.dtype == "auto") return device.is_cuda();
-  if (train.dtype == "bf16") return true;
-  if (train.dtype == "fp32") return false;
-  throw std::invalid_argument("train.dtype: expected auto|fp32|bf16, got '" + train.dtype + "'");
-}
-
-// bf16 autocast for the forward pass, as in the trainer.
-class AutocastScope {
- public:
-  AutocastScope(const c10::Device& device, bool enabled) : type_(device.type()), enabled_(enabled) {
-    if (!enabled_) return;
-    previous_ = at::autocast::is_autocast_enabled(type_);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-    at::autocast::set_autocast_enabled(type_, true);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(type_, previous_);
-    at::autocast::clear_cache();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  c10::DeviceType type_;
-  bool enabled_;
-  bool previous_ = false;
-};
 
 void reset_cuda_peak(const c10::Device& device) {
 #ifdef CQK_WITH_CUDA
@@ -322,7 +285,8 @@ class Session {
     model_->to(device_);
     optimizer_ = make_optimizer(model_, config_.train);
     model_->train();
-    parameters_ = model_->parameters();
+    dist_ = std::make_unique<DistributedContext>(DistributedEnvironment{}, device_);  // one process
+    step_ = std::make_unique<StepContext>(StepContext{model_, *optimizer_, *source_, config_.train, device_, bf16_, *dist_});
     const auto breakdown = model_->parameter_breakdown();
     r.params = breakdown.total();
     r.coupling_params = breakdown.coupling;
@@ -333,25 +297,12 @@ class Session {
     r.step_seconds.reserve(static_cast<size_t>(options.steps));
   }
 
-  // One training step as the trainer takes it (constant lr: the schedule costs nothing); returns the loss.
+  // The trainer's step (train_step.h; constant lr: the schedule costs nothing); returns the loss.
   double step() {
-    optimizer_->zero_grad();
-    double loss_value = 0.0;
-    for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
-      const auto batch = source_->next_train();
-      at::Tensor loss;
-      {
-        AutocastScope autocast(device_, bf16_);
-        loss = model_->loss(batch.inputs.to(device_), batch.targets.to(device_)) /
-               static_cast<double>(config_.train.grad_accum);
-      }
-      loss.backward();
-      loss_value += loss.item<double>();
-    }
-    clip_gradient_norm(parameters_, config_.train.grad_clip);
-    optimizer_->step();
+    const double loss = accumulate_gradients(*step_);
+    apply_gradients(*step_);
     synchronize(device_);
-    return loss_value;
+    return loss;
   }
 
   // A timed step, recorded in the result.
@@ -423,8 +374,9 @@ class Session {
   c10::Device device_{c10::kCPU};
   bool bf16_ = false;
   TransformerLM model_{nullptr};
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::vector<at::Tensor> parameters_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+  std::unique_ptr<DistributedContext> dist_;
+  std::unique_ptr<StepContext> step_;
 };
 
 // The matmul peak, best of two measurements (before and after the timed steps),

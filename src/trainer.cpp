@@ -1,8 +1,5 @@
 #include "cqk/trainer.h"
 
-#include <ATen/autocast_mode.h>
-#include <torch/cuda.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +14,7 @@
 
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/device.h"
 #include "cqk/distributed.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/fused_adamw.h"
@@ -25,6 +23,7 @@
 #include "cqk/progress.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
+#include "cqk/train_step.h"
 
 namespace cqk {
 
@@ -54,42 +53,6 @@ class StopSignals {
   void (*previous_int_)(int);
   void (*previous_term_)(int);
 };
-
-// bf16 autocast on the device for the forward pass, when the config asks for it.
-class AutocastScope {
- public:
-  AutocastScope(const c10::Device& device, bool enabled) : type_(device.type()), enabled_(enabled) {
-    if (!enabled_) return;
-    previous_ = at::autocast::is_autocast_enabled(type_);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-    at::autocast::set_autocast_enabled(type_, true);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(type_, previous_);
-    at::autocast::clear_cache();
-  }
-
- private:
-  c10::DeviceType type_;
-  bool enabled_;
-  bool previous_ = false;
-};
-
-c10::Device choose_device(const std::string& name) {
-  const bool cuda = torch::cuda::is_available();
-  if (name == "cuda" && !cuda) throw std::invalid_argument("train.device: cuda requested but no GPU is visible");
-  if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
-  if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
-  throw std::invalid_argument("train.device: expected auto|cpu|cuda, got '" + name + "'");
-}
-
-bool use_bf16(const TrainConfig& train, const c10::Device& device) {
-  if (train.dtype == "auto") return device.is_cuda();
-  if (train.dtype == "bf16") return true;
-  if (train.dtype == "fp32") return false;
-  throw std::invalid_argument("train.dtype: expected auto|fp32|bf16, got '" + train.dtype + "'");
-}
 
 }  // namespace
 
@@ -296,6 +259,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     prune_checkpoints(run_dir, config.train.keep_checkpoints);
   };
 
+  StepContext step{model, *optimizer, *source, config.train, device, bf16, dist};
   StopSignals signals;
   ProgressLine progress(config.train.steps, state.step, config.train.log_every);
   model->train();
@@ -310,21 +274,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     crash_rank_for_test_if_requested(dist.rank(), state.step);
     const double lr = learning_rate(config.train, state.step);
     optimizer->set_learning_rate(lr);
-    optimizer->zero_grad();
-    double loss_value = 0.0;
-    for (int64_t micro = 0; micro < config.train.grad_accum; ++micro) {
-      const auto batch = source->next_train();
-      at::Tensor loss;
-      {
-        AutocastScope autocast(device, bf16);
-        loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) /
-               static_cast<double>(config.train.grad_accum);
-      }
-      dist.begin_backward(micro + 1 == config.train.grad_accum);  // all-reduce in the last backward only
-      loss.backward();
-      loss_value += loss.item<double>();
-    }
-    dist.finish_gradient_sync();
+    double loss_value = accumulate_gradients(step);
     // The mean loss over ranks, and whether any rank was asked to stop, so all ranks decide alike.
     const auto agreed = dist.all_reduce_sum({loss_value, signals.pending() ? 1.0 : 0.0});
     loss_value = agreed[0] / dist.world_size();
@@ -339,8 +289,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
       summary.step = state.step;
       return summary;
     }
-    const double grad_norm = clip_gradient_norm(model->parameters(), config.train.grad_clip);
-    optimizer->step();
+    const double grad_norm = apply_gradients(step);
     ++state.step;
     state.tokens += tokens_per_step;
     window_tokens += tokens_per_step;

@@ -3,7 +3,6 @@
 // run's data, or of another token folder encoded with the same tokenizer.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/cuda.h>
 
 #include <filesystem>
 #include <iostream>
@@ -17,6 +16,7 @@
 #include "cqk/batch_source.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/device.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/log.h"
 #include "cqk/model.h"
@@ -31,14 +31,6 @@ namespace cqk::cli {
 namespace fs = std::filesystem;
 
 namespace {
-c10::Device choose_device(const std::string& name) {
-  const bool cuda = torch::cuda::is_available();
-  if (name == "cuda" && !cuda) throw std::invalid_argument("device: cuda requested but no GPU is visible");
-  if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
-  if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
-  throw std::invalid_argument("device: expected auto|cpu|cuda, got '" + name + "'");
-}
-
 // The token folder `dir` as the evaluated data of a run whose own data is
 // `training`: refused unless it was encoded with the run's tokenizer (the
 // model's ids would mean other text).
@@ -84,7 +76,7 @@ TransformerLM load_trained_model(const std::string& target, const std::string& d
     throw std::runtime_error(run_dir + "/config.yaml: model.vocab_size is not resolved (" +
                              std::to_string(config.model.vocab_size) + ")");
   configure_threads(static_cast<int>(config.train.threads));
-  const auto device = choose_device(device_name.empty() ? config.train.device : device_name);
+  const auto device = device_name.empty() ? choose_device(config.train.device) : choose_device(device_name, "--device");
   const std::string hash = stored_config_hash(run_dir);
 
   TransformerLM model(config.model);
