@@ -35,10 +35,20 @@ at::Tensor merge_heads(const at::Tensor& x) {
 
 }  // namespace
 
+const std::vector<std::string>& attention_kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [kind, text] : kKindNames) out.emplace_back(text);
+    return out;
+  }();
+  return names;
+}
+
 AttentionKind parse_attention_kind(const std::string& name) {
   for (const auto& [kind, text] : kKindNames)
     if (name == text) return kind;
-  throw std::invalid_argument("unknown attention kind '" + name + "' (expected vanilla|diff|qknorm|mta)");
+  throw std::invalid_argument("unknown attention kind '" + name + "' (expected " +
+                              c10::Join("|", attention_kind_names()) + ")");
 }
 
 std::string to_string(AttentionKind kind) {
@@ -51,19 +61,53 @@ double differential_lambda_init(int64_t layer_index) {
   return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer_index));
 }
 
-AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
-  const int64_t width = options.width(), heads = options.num_heads();
-  require(width > 0 && heads > 0, "width and num_heads must be positive");
-  require(width % heads == 0, "num_heads (" + std::to_string(heads) + ") must divide width (" +
-                                  std::to_string(width) + ")");
-  head_dim_ = width / heads;
-  kv_heads_ = options.num_kv_heads() > 0 ? options.num_kv_heads() : heads;
-  require(heads % kv_heads_ == 0, "num_kv_heads (" + std::to_string(kv_heads_) + ") must divide num_heads (" +
-                                      std::to_string(heads) + ")");
-  require(!options.rope() || head_dim_ % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim_));
+std::optional<ShapeProblem> attention_shape_problem(const AttentionOptions& options) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  const int64_t width = options.width(), heads = options.num_heads(), kv = options.num_kv_heads();
   const bool differential = options.kind() == AttentionKind::Differential;
-  require(!differential || (heads % 2 == 0 && kv_heads_ == heads),
-          "diff attention needs an even num_heads and num_kv_heads == num_heads");
+  const auto& mta = options.mta();
+  const auto& coupling = options.coupling();
+  // In order, each rule assuming the ones before it hold.
+  const auto problem = [](const char* key, const std::string& what) { return std::optional<ShapeProblem>({key, what}); };
+  if (width < 1 || heads < 1) return problem("model.heads", "must be positive, as must model.width; got " + n(heads));
+  if (width % heads != 0) return problem("model.heads", "must divide model.width (" + n(width) + "), got " + n(heads));
+  if (options.rope() && width / heads % 2 != 0)
+    return problem("model.heads", "head size model.width / model.heads must be even for RoPE, got " + n(width / heads));
+  if (kv < 0 || (kv > 0 && heads % kv != 0))
+    return problem("model.kv_heads", "must divide model.heads (" + n(heads) + "), got " + n(kv));
+  if (differential && heads % 2 != 0)
+    return problem("model.heads", "diff attention needs an even head count, got " + n(heads));
+  if (differential && kv != 0 && kv != heads)
+    return problem("model.kv_heads", "diff attention needs 0 or model.heads (" + n(heads) + "), got " + n(kv));
+  if (mta.query_kernel() < 1)
+    return problem("model.attention.mta.query_kernel", "must be >= 1, got " + n(mta.query_kernel()));
+  if (mta.key_kernel() < 1 || mta.key_kernel() % 2 == 0)
+    return problem("model.attention.mta.key_kernel", "must be odd (centred on the key), got " + n(mta.key_kernel()));
+  if (options.kind() == AttentionKind::MultiToken && (mta.head_group() < 1 || heads % mta.head_group() != 0))
+    return problem("model.attention.mta.head_group",
+                   "must divide model.heads (" + n(heads) + "), got " + n(mta.head_group()));
+  if (coupling.hidden() < 1 || coupling.steps() < 1 || coupling.clamp() <= 0)
+    return problem("model.attention.coupling", "hidden, steps and clamp must be positive");
+  return std::nullopt;
+}
+
+AttentionShape attention_shape(const AttentionOptions& options) {
+  if (const auto problem = attention_shape_problem(options))
+    throw std::invalid_argument("attention: " + problem->key + ": " + problem->what);
+  AttentionShape shape;
+  shape.head_dim = options.width() / options.num_heads();
+  shape.kv_heads = options.num_kv_heads() > 0 ? options.num_kv_heads() : options.num_heads();
+  // Differential shares one coupling between its two pairs unless asked otherwise.
+  const bool shared_pairs = options.kind() == AttentionKind::Differential && !options.separate_pair_couplings();
+  shape.coupling_heads = shared_pairs ? options.num_heads() / 2 : options.num_heads();
+  return shape;
+}
+
+AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
+  const auto shape = attention_shape(options);
+  const int64_t width = options.width(), heads = options.num_heads();
+  head_dim_ = shape.head_dim;
+  kv_heads_ = shape.kv_heads;
 
   q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)));
   k_proj = register_module("k_proj",
@@ -72,10 +116,8 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
                            torch::nn::Linear(torch::nn::LinearOptions(width, kv_heads_ * head_dim_).bias(false)));
   out_proj = register_module("out_proj", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)));
 
-  // Differential shares one coupling between its two pairs unless asked otherwise.
-  const int64_t coupling_heads = differential && !options.separate_pair_couplings() ? heads / 2 : heads;
   auto coupling_options = options.coupling();
-  coupling_options.num_heads(coupling_heads).head_dim(head_dim_);
+  coupling_options.num_heads(shape.coupling_heads).head_dim(head_dim_);
   coupling_ = register_module("coupling", QKCoupling(coupling_options));
 
   switch (options.kind()) {
@@ -94,10 +136,6 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
       break;
     case AttentionKind::MultiToken: {
       const auto& mta = options.mta();
-      require(mta.query_kernel() >= 1 && mta.key_kernel() >= 1 && mta.key_kernel() % 2 == 1,
-              "mta kernel sizes must be positive and key_kernel odd");
-      require(mta.head_group() >= 1 && heads % mta.head_group() == 0,
-              "mta head_group must divide num_heads");
       // Identity initialisation: a delta at the current query and key, no head mixing.
       auto kernel = at::zeros({heads, 1, mta.query_kernel(), mta.key_kernel()});
       kernel.select(2, mta.query_kernel() - 1).select(2, mta.key_kernel() / 2).fill_(1.0);

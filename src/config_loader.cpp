@@ -2,6 +2,7 @@
 // key and its constraint: loading, overrides, writing, validation and key
 // suggestions all walk the same table, bound to the Config at hand.
 #include "cqk/config_loader.h"
+#include "cqk/model.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -71,7 +72,7 @@ Field section(const char* name, std::vector<Field> children) {
 }
 
 std::vector<Field> describe(CouplingConfig& c) {
-  return {key("kind", c.kind, one_of({"none", "affine", "noninvertible", "uncoupled", "dynamics"})),
+  return {key("kind", c.kind, one_of(coupling_kind_names())),
           key("hidden", c.hidden, at_least(1)),
           key("steps", c.steps, within(1, 8)),
           key("clamp", c.clamp, above(0)),
@@ -88,7 +89,7 @@ std::vector<Field> describe(MultiTokenConfig& c) {
 }
 
 std::vector<Field> describe(AttentionConfig& c) {
-  return {key("kind", c.kind, one_of({"vanilla", "diff", "qknorm", "mta"})),
+  return {key("kind", c.kind, one_of(attention_kind_names())),
           section("coupling", describe(c.coupling)), section("mta", describe(c.mta))};
 }
 
@@ -494,20 +495,7 @@ void check_relations(const Config& c, const Origin& origin) {
   };
   const auto n = [](int64_t v) { return std::to_string(v); };
   const ModelConfig& m = c.model;
-  require(m.width % m.heads == 0, "model.heads", "must divide model.width (" + n(m.width) + "), got " + n(m.heads));
-  require(m.width / m.heads % 2 == 0, "model.heads",
-          "head size model.width / model.heads must be even for RoPE, got " + n(m.width / m.heads));
-  require(m.kv_heads == 0 || m.heads % m.kv_heads == 0, "model.kv_heads",
-          "must divide model.heads (" + n(m.heads) + "), got " + n(m.kv_heads));
-  const bool diff = m.attention.kind == "diff";
-  require(!diff || m.heads % 2 == 0, "model.heads", "diff attention needs an even head count, got " + n(m.heads));
-  require(!diff || m.kv_heads % 2 == 0, "model.kv_heads",
-          "diff attention needs an even kv head count, got " + n(m.kv_heads));
-  const MultiTokenConfig& mta = m.attention.mta;
-  require(mta.key_kernel % 2 == 1, "model.attention.mta.key_kernel",
-          "must be odd (centred on the key), got " + n(mta.key_kernel));
-  require(m.attention.kind != "mta" || m.heads % mta.head_group == 0, "model.attention.mta.head_group",
-          "must divide model.heads (" + n(m.heads) + "), got " + n(mta.head_group));
+  if (const auto problem = model_shape_problem(m)) origin.fail(problem->key, problem->what);
 
   const DataConfig& d = c.data;
   require(d.kind != "tokens" || !d.dir.empty(), "data.dir", "required when data.kind is tokens");

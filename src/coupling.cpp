@@ -38,11 +38,20 @@ std::pair<at::Tensor, at::Tensor> scale_and_shift(const at::Tensor& conditioner_
 
 }  // namespace
 
+const std::vector<std::string>& coupling_kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [kind, text] : kKindNames) out.emplace_back(text);
+    return out;
+  }();
+  return names;
+}
+
 CouplingKind parse_coupling_kind(const std::string& name) {
   for (const auto& [kind, text] : kKindNames)
     if (name == text) return kind;
-  throw std::invalid_argument("unknown coupling kind '" + name +
-                              "' (expected none|affine|noninvertible|uncoupled|dynamics)");
+  throw std::invalid_argument("unknown coupling kind '" + name + "' (expected " + c10::Join("|", coupling_kind_names()) +
+                              ")");
 }
 
 std::string to_string(CouplingKind kind) {

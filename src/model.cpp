@@ -39,6 +39,17 @@ AttentionOptions attention_options(const ModelConfig& config, int64_t layer) {
       .separate_pair_couplings(c.separate_pairs);
 }
 
+std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config) {
+  // Layers differ only in kind (MTA on every `every`-th) and index: the first
+  // layer and the first MTA layer stand for all.
+  std::vector<int64_t> layers{0};
+  if (config.attention.kind == "mta" && config.attention.mta.every >= 1 && config.attention.mta.every <= config.layers)
+    layers.push_back(config.attention.mta.every - 1);
+  for (const int64_t layer : layers)
+    if (auto problem = attention_shape_problem(attention_options(config, layer))) return problem;
+  return std::nullopt;
+}
+
 MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
   const auto linear = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
   up = register_module("up", torch::nn::Linear(linear(width, hidden)));

@@ -17,18 +17,9 @@ void require(bool ok, const std::string& message) {
 // The attention of one layer: (attention parameters, coupling parameters),
 // mirroring AttentionImpl's constructor.
 std::pair<int64_t, int64_t> attention_count(const AttentionOptions& options) {
-  const int64_t width = options.width(), heads = options.num_heads();
-  require(width > 0 && heads > 0, "model.width and model.heads must be positive");
-  require(width % heads == 0, "model.heads (" + std::to_string(heads) + ") must divide model.width (" +
-                                  std::to_string(width) + ")");
-  const int64_t head_dim = width / heads;
-  const int64_t kv_heads = options.num_kv_heads() > 0 ? options.num_kv_heads() : heads;
-  require(heads % kv_heads == 0, "model.kv_heads (" + std::to_string(kv_heads) + ") must divide model.heads (" +
-                                     std::to_string(heads) + ")");
-  require(!options.rope() || head_dim % 2 == 0, "RoPE needs an even head size, got " + std::to_string(head_dim));
-  const bool differential = options.kind() == AttentionKind::Differential;
-  require(!differential || (heads % 2 == 0 && kv_heads == heads),
-          "diff attention needs an even model.heads and model.kv_heads == model.heads");
+  const auto shape = attention_shape(options);
+  const int64_t width = options.width(), heads = options.num_heads(), head_dim = shape.head_dim,
+                kv_heads = shape.kv_heads;
 
   // q and out: width x width; k and v: width x (kv_heads * head_dim); no biases.
   int64_t attention = 2 * width * width + 2 * width * kv_heads * head_dim;
@@ -40,10 +31,6 @@ std::pair<int64_t, int64_t> attention_count(const AttentionOptions& options) {
       break;
     case AttentionKind::MultiToken: {
       const auto& mta = options.mta();
-      require(mta.query_kernel() >= 1 && mta.key_kernel() >= 1 && mta.key_kernel() % 2 == 1,
-              "model.attention.mta kernel sizes must be positive and key_kernel odd");
-      require(mta.head_group() >= 1 && heads % mta.head_group() == 0,
-              "model.attention.mta.head_group must divide model.heads");
       attention += heads * mta.query_kernel() * mta.key_kernel()                // kernel [heads, 1, c_q, c_k]
                    + (heads / mta.head_group()) * mta.head_group() * mta.head_group()  // mixing
                    + head_dim;                                                  // head_norm
@@ -51,11 +38,8 @@ std::pair<int64_t, int64_t> attention_count(const AttentionOptions& options) {
     }
   }
 
-  // Differential shares one coupling between its two pairs unless separate_pairs.
   auto coupling = options.coupling();
-  coupling.num_heads(differential && !options.separate_pair_couplings() ? heads / 2 : heads).head_dim(head_dim);
-  require(coupling.hidden() >= 1 && coupling.steps() >= 1 && coupling.clamp() > 0,
-          "model.attention.coupling hidden, steps and clamp must be positive");
+  coupling.num_heads(shape.coupling_heads).head_dim(head_dim);
   return {attention, coupling_parameter_count(coupling)};
 }
 

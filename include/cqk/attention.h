@@ -8,6 +8,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,7 +30,9 @@ enum class AttentionKind {
   MultiToken,    // key-query convolution over the logits + head mixing, arXiv 2504.00927
 };
 
-AttentionKind parse_attention_kind(const std::string& name);  // vanilla|diff|qknorm|mta
+// The kinds' config names, in enum order: what model.attention.kind accepts.
+const std::vector<std::string>& attention_kind_names();
+AttentionKind parse_attention_kind(const std::string& name);  // throws std::invalid_argument
 std::string to_string(AttentionKind kind);
 
 struct MultiTokenOptions {
@@ -60,6 +63,23 @@ struct AttentionOptions {
   // Differential: one coupling per (q, k) pair instead of one shared by both.
   TORCH_ARG(bool, separate_pair_couplings) = false;
 };
+
+// The shapes that attention options imply, and the rules they must keep: one
+// home for the module, the parameter count and the config check.
+struct AttentionShape {
+  int64_t head_dim = 0;        // width / num_heads
+  int64_t kv_heads = 0;        // num_kv_heads, or num_heads for 0
+  int64_t coupling_heads = 0;  // heads of the coupling: Differential's pairs share one unless separate
+};
+// A broken rule: the config key it concerns and what is wrong ("must divide model.width (128), got 3").
+struct ShapeProblem {
+  std::string key;
+  std::string what;
+};
+// The first rule `options` break, or nullopt.
+std::optional<ShapeProblem> attention_shape_problem(const AttentionOptions& options);
+// The shapes of valid options; throws std::invalid_argument "attention: KEY: WHAT" otherwise.
+AttentionShape attention_shape(const AttentionOptions& options);
 
 // Differential attention's lambda_init for a layer: 0.8 - 0.6 exp(-0.3 l).
 double differential_lambda_init(int64_t layer_index);

@@ -12,7 +12,7 @@
 namespace cqk {
 
 struct CouplingConfig {
-  std::string kind = "affine";        // none | affine | noninvertible | uncoupled | dynamics
+  std::string kind = "affine";        // coupling_kind_names() (coupling.h)
   int64_t hidden = 8;                 // r of the affine conditioner; controls match Affine's count
   int64_t steps = 2;                  // affine: alternating steps; dynamics: integration steps
   double clamp = 2.0;                 // soft clamp c of the log-scale
@@ -31,7 +31,7 @@ struct MultiTokenConfig {
 };
 
 struct AttentionConfig {
-  std::string kind = "vanilla";       // vanilla | diff | qknorm | mta
+  std::string kind = "vanilla";       // attention_kind_names() (attention.h)
   CouplingConfig coupling;
   MultiTokenConfig mta;
 };

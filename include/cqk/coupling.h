@@ -24,6 +24,8 @@ enum class CouplingKind {
 
 enum class Integrator { Euler, Symplectic };
 
+// The kinds' config names, in enum order: what model.attention.coupling.kind accepts.
+const std::vector<std::string>& coupling_kind_names();
 CouplingKind parse_coupling_kind(const std::string& name);  // throws std::invalid_argument
 std::string to_string(CouplingKind kind);
 Integrator parse_integrator(const std::string& name);

@@ -17,6 +17,8 @@ namespace cqk {
 
 // The attention options of layer `layer` (MTA only on its chosen layers).
 AttentionOptions attention_options(const ModelConfig& config, int64_t layer);
+// The first shape rule (attention_shape_problem) a layer of `config` breaks, or nullopt.
+std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config);
 
 class MLPImpl : public torch::nn::Module {
  public:

@@ -80,7 +80,7 @@ void require_distinct(const std::string& option, const std::vector<T>& values) {
 void add_recall_command(CLI::App& app) {
   struct Arguments {
     std::vector<int64_t> pairs{4, 8}, seq_lens{32}, widths{64}, seeds{1};
-    std::vector<std::string> attention{"vanilla", "diff", "qknorm", "mta"}, coupling{"none", "affine"};
+    std::vector<std::string> attention = attention_kind_names(), coupling{"none", "affine"};
     std::vector<std::string> overrides;
     std::string out = "runs/recall";
   };
