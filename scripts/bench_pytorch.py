@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The cqk model in plain PyTorch eager, as the reference for `cqk bench train`.
 
-Same modules, parameter names and shapes as cqk's state dict (it loads the
-weights.pt that `cqk bench train --dump DIR` writes), same initialisation
-(same draws in the same order, so the same seed gives the same weights), the
-trainer's AdamW groups, the same clipping and the same thread count.
-Attention kinds vanilla, diff and qknorm; coupling kinds none and affine.
+The model is python/cqk_hf/cqk_model.py: same modules, parameter names and
+shapes as cqk's state dict (it loads the weights.pt that `cqk bench train
+--dump DIR` writes), same initialisation (same draws in the same order, so the
+same seed gives the same weights); here the trainer's AdamW groups, the same
+clipping and the same thread count. Every attention and coupling kind.
 
   # time training steps from a dump (config, initial weights, a batch):
   cqk bench train configs/bench/tiny.yaml --dump /tmp/d --warmup 0 --steps 1
@@ -26,8 +26,10 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+# The model lives in python/cqk_hf/cqk_model.py (also the code of `cqk export`'s folders).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "cqk_hf"))
+from cqk_model import TransformerLM  # noqa: E402
 
 
 def load_pickled(path):
@@ -44,245 +46,6 @@ def load_pickled(path):
 
         with torch.serialization.safe_globals([jit_pickle.restore_type_tag]):
             return torch.load(path, map_location="cpu")
-
-
-# --- the model (src/model.cpp, attention.cpp, coupling.cpp, headwise_mlp.cpp, rms_norm.cpp, rope.cpp) ---
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        compute = torch.promote_types(x.dtype, torch.float32)
-        xf = x.to(compute)
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * self.weight).to(x.dtype)
-
-
-def apply_rope(x, base):
-    time_, dim = x.shape[-2], x.shape[-1]
-    half = dim // 2
-    inv_freq = torch.pow(base, -torch.arange(0, half, dtype=torch.float64, device=x.device) * (2.0 / dim))
-    positions = torch.arange(0, time_, dtype=torch.float64, device=x.device)
-    angles = torch.outer(positions, inv_freq)
-    compute = torch.promote_types(x.dtype, torch.float32)
-    cos = torch.cat([angles.cos(), angles.cos()], -1).to(compute)
-    sin = torch.cat([angles.sin(), angles.sin()], -1).to(compute)
-    xf = x.to(compute)
-    rotated = torch.cat([-xf.narrow(-1, half, half), xf.narrow(-1, 0, half)], -1)
-    return (xf * cos + rotated * sin).to(x.dtype)
-
-
-class HeadwiseMLP(nn.Module):
-    def __init__(self, groups, inp, hidden, out, zero_output):
-        super().__init__()
-        bound1 = 1.0 / math.sqrt(inp)
-        self.w1 = nn.Parameter(torch.empty(groups, hidden, inp).uniform_(-bound1, bound1))
-        self.b1 = nn.Parameter(torch.zeros(groups, hidden))
-        if zero_output:
-            self.w2 = nn.Parameter(torch.zeros(groups, out, hidden))
-        else:
-            bound2 = 1.0 / math.sqrt(hidden)
-            self.w2 = nn.Parameter(torch.empty(groups, out, hidden).uniform_(-bound2, bound2))
-        self.b2 = nn.Parameter(torch.zeros(groups, out))
-
-    def forward(self, x):
-        hidden = F.silu(torch.matmul(x, self.w1.transpose(-1, -2)) + self.b1.unsqueeze(-2))
-        return torch.matmul(hidden, self.w2.transpose(-1, -2)) + self.b2.unsqueeze(-2)
-
-
-class QKCoupling(nn.Module):
-    """Kinds none and affine. Plain autograd (cqk rebuilds the inputs from the
-    exact inverse in the backward instead of saving them; same gradients)."""
-
-    def __init__(self, cfg, num_heads, head_dim):
-        super().__init__()
-        self.kind = cfg["kind"]
-        self.clamp = float(cfg["clamp"])
-        if self.kind not in ("none", "affine"):
-            raise SystemExit(f"bench_pytorch.py: coupling kind '{self.kind}' is not implemented (none|affine)")
-        groups = 1 if cfg["shared_across_heads"] else num_heads
-        self.steps = int(cfg["steps"]) if self.kind == "affine" else 0
-        for i in range(self.steps):
-            self.add_module(f"conditioner{i}", HeadwiseMLP(groups, head_dim, int(cfg["hidden"]), 2 * head_dim, True))
-
-    def transform(self, q, k):
-        for i in range(self.steps):
-            conditioner = getattr(self, f"conditioner{i}")
-            if i % 2 == 0:  # k from q
-                s, t = conditioner(q).chunk(2, -1)
-                k = k * torch.exp(torch.tanh(s / self.clamp) * self.clamp) + t
-            else:  # q from k
-                s, t = conditioner(k).chunk(2, -1)
-                q = q * torch.exp(torch.tanh(s / self.clamp) * self.clamp) + t
-        return q, k
-
-    def forward(self, q, k):
-        if self.steps == 0:
-            return q, k
-        if q.dtype in (torch.bfloat16, torch.float16):  # the map runs in float32 (as in cqk)
-            with torch.autocast(q.device.type, enabled=False):
-                qf, kf = self.transform(q.float(), k.float())
-            return qf.to(q.dtype), kf.to(k.dtype)
-        return self.transform(q, k)
-
-
-def differential_lambda_init(layer):
-    return 0.8 - 0.6 * math.exp(-0.3 * layer)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg, layer):
-        super().__init__()
-        width, heads = cfg["width"], cfg["heads"]
-        a = cfg["attention"]
-        self.kind = a["kind"]
-        if self.kind not in ("vanilla", "diff", "qknorm"):
-            raise SystemExit(f"bench_pytorch.py: attention kind '{self.kind}' is not implemented (vanilla|diff|qknorm)")
-        self.heads = heads
-        self.head_dim = width // heads
-        self.kv_heads = cfg["kv_heads"] or heads
-        self.rope_base = cfg["rope_base"]
-        self.separate_pairs = a["coupling"]["separate_pairs"]
-        # The order of construction is cqk's, so the random draws match.
-        self.q_proj = nn.Linear(width, width, bias=False)
-        self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
-        self.out_proj = nn.Linear(width, width, bias=False)
-        diff = self.kind == "diff"
-        coupling_heads = heads // 2 if diff and not self.separate_pairs else heads
-        self.coupling = QKCoupling(a["coupling"], coupling_heads, self.head_dim)
-        if self.kind == "qknorm":
-            self.q_norm = RMSNorm(self.head_dim, cfg["norm_eps"])
-            self.k_norm = RMSNorm(self.head_dim, cfg["norm_eps"])
-        if diff:
-            self.lambda_init = differential_lambda_init(layer)
-            self.lambda_q1 = nn.Parameter(torch.randn(self.head_dim) * 0.1)
-            self.lambda_k1 = nn.Parameter(torch.randn(self.head_dim) * 0.1)
-            self.lambda_q2 = nn.Parameter(torch.randn(self.head_dim) * 0.1)
-            self.lambda_k2 = nn.Parameter(torch.randn(self.head_dim) * 0.1)
-            self.head_norm = RMSNorm(2 * self.head_dim, cfg["norm_eps"])
-
-    @staticmethod
-    def split_heads(x, heads):  # [B, T, H*d] -> [B, H, T, d]
-        return x.view(x.size(0), x.size(1), heads, -1).transpose(1, 2)
-
-    @staticmethod
-    def merge_heads(x):  # [B, H, T, d] -> [B, T, H*d]
-        return x.transpose(1, 2).reshape(x.size(0), x.size(2), -1)
-
-    def forward(self, x):
-        q = self.split_heads(self.q_proj(x), self.heads)
-        k = self.split_heads(self.k_proj(x), self.kv_heads)
-        if self.kind == "diff":
-            return self.forward_differential(q, k, x)
-        v = self.split_heads(self.v_proj(x), self.kv_heads)
-        if self.kv_heads != self.heads:
-            repeat = self.heads // self.kv_heads
-            k = k.repeat_interleave(repeat, 1)
-            v = v.repeat_interleave(repeat, 1)
-        q, k = self.coupling(q, k)
-        if self.kind == "qknorm":
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, self.rope_base), apply_rope(k, self.rope_base)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out_proj(self.merge_heads(out))
-
-    def forward_differential(self, q, k, x):
-        batch, time_, heads, d = x.size(0), x.size(1), self.heads // 2, self.head_dim
-        v = self.split_heads(self.v_proj(x), heads)  # [B, H/2, T, 2d]
-
-        def by_pair(t):  # [B, H, T, d] -> [B, 2, H/2, T, d]
-            return t.view(batch, heads, 2, time_, d).transpose(1, 2)
-
-        if self.separate_pairs:
-            q, k = self.coupling(by_pair(q).reshape(batch, 2 * heads, time_, d),
-                                 by_pair(k).reshape(batch, 2 * heads, time_, d))
-        else:
-            q, k = self.coupling(by_pair(q).reshape(batch * 2, heads, time_, d),
-                                 by_pair(k).reshape(batch * 2, heads, time_, d))
-        q = apply_rope(q, self.rope_base).reshape(batch, 2, heads, time_, d)
-        k = apply_rope(k, self.rope_base).reshape(batch, 2, heads, time_, d)
-        a1v = F.scaled_dot_product_attention(q.select(1, 0), k.select(1, 0), v, is_causal=True)
-        a2v = F.scaled_dot_product_attention(q.select(1, 1), k.select(1, 1), v, is_causal=True)
-        lam = (torch.exp((self.lambda_q1 * self.lambda_k1).sum()) - torch.exp((self.lambda_q2 * self.lambda_k2).sum())
-               + self.lambda_init)
-        out = self.head_norm(a1v - lam.to(a1v.dtype) * a2v) * (1.0 - self.lambda_init)
-        return self.out_proj(self.merge_heads(out))
-
-
-def mlp_hidden(cfg):
-    if cfg["mlp_hidden"] > 0:
-        return cfg["mlp_hidden"]
-    if cfg["mlp"] == "gelu":
-        return 4 * cfg["width"]
-    return (8 * cfg["width"] // 3 + 63) // 64 * 64
-
-
-class MLP(nn.Module):
-    def __init__(self, width, hidden, swiglu):
-        super().__init__()
-        self.up = nn.Linear(width, hidden, bias=False)
-        self.gate = nn.Linear(width, hidden, bias=False) if swiglu else None
-        self.down = nn.Linear(hidden, width, bias=False)
-
-    def forward(self, x):
-        if self.gate is not None:
-            return self.down(F.silu(self.gate(x)) * self.up(x))
-        return self.down(F.gelu(self.up(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg, layer):
-        super().__init__()
-        self.attention_norm = RMSNorm(cfg["width"], cfg["norm_eps"])
-        self.attention = Attention(cfg, layer)
-        self.mlp_norm = RMSNorm(cfg["width"], cfg["norm_eps"])
-        self.mlp = MLP(cfg["width"], mlp_hidden(cfg), cfg["mlp"] == "swiglu")
-
-    def forward(self, x):
-        h = x + self.attention(self.attention_norm(x))
-        return h + self.mlp(self.mlp_norm(h))
-
-
-class TransformerLM(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        if cfg["attention"]["kind"] == "mta":
-            raise SystemExit("bench_pytorch.py: attention kind 'mta' is not implemented")
-        self.cfg = cfg
-        self.embedding = nn.Embedding(cfg["vocab_size"], cfg["width"])
-        self.blocks = nn.ModuleList([Block(cfg, layer) for layer in range(cfg["layers"])])
-        self.final_norm = RMSNorm(cfg["width"], cfg["norm_eps"])
-        self.initialise()
-
-    @torch.no_grad()
-    def initialise(self):
-        std = self.cfg["init_std"]
-        residual_std = std / math.sqrt(2.0 * self.cfg["layers"])
-        self.embedding.weight.normal_(0.0, std)
-        for name, p in self.named_parameters():
-            if "_proj.weight" not in name and "mlp." not in name:
-                continue
-            residual = "out_proj." in name or "mlp.down." in name
-            p.normal_(0.0, residual_std if residual else std)
-
-    def forward(self, tokens):
-        h = self.embedding(tokens)
-        for block in self.blocks:
-            h = block(h)
-        return torch.matmul(self.final_norm(h), self.embedding.weight.t())
-
-    def loss(self, tokens, targets):
-        logits = self.forward(tokens)
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-
-    def flops_per_token(self, seq_len):
-        params = sum(p.numel() for p in self.parameters())
-        return 6.0 * params + 12.0 * self.cfg["layers"] * self.cfg["width"] * seq_len
 
 
 def make_optimizer(model, train):

@@ -21,7 +21,12 @@ if ((${#missing[@]})); then
 fi
 
 command -v "$CQK_PYTHON" >/dev/null || die "$CQK_PYTHON not found (set CQK_PYTHON)"
-CQK_PIP_PACKAGES=("torch==$CQK_TORCH_VERSION" numpy matplotlib)
+# transformers, safetensors, sentencepiece: the exported model folders (`cqk export`)
+# and their check, pinned to versions tested with this torch. lm-eval with its hf extra (54 more
+# packages, +630 MB, ~40 s) only when asked: CQK_WITH_LM_EVAL=1 scripts/setup.sh.
+CQK_PIP_PACKAGES=("torch==$CQK_TORCH_VERSION" numpy matplotlib transformers==5.25.0 safetensors==0.8.0
+                  sentencepiece==0.2.3)
+[[ "${CQK_WITH_LM_EVAL:-0}" == 1 ]] && CQK_PIP_PACKAGES+=("lm-eval[hf]==0.4.13")
 if [[ ! -f "$CQK_VENV/.complete" ]]; then
   echo "setup: installing torch==$CQK_TORCH_VERSION into $CQK_VENV (one-time, ~4.6 GB)"
   rm -rf "$CQK_VENV"
@@ -31,8 +36,18 @@ if [[ ! -f "$CQK_VENV/.complete" ]]; then
     || die "pip could not install ${CQK_PIP_PACKAGES[*]} for $("$CQK_PYTHON" --version)"
   touch "$CQK_VENV/.complete"
 fi
-# An environment cached by an older checkout may lack a package added since.
-if ! "$CQK_VENV/bin/python" -c "import torch.utils, numpy, matplotlib" 2>/dev/null; then
+# An environment cached by an older checkout may lack a package added since, or
+# hold another version of a pinned one.
+if ! "$CQK_VENV/bin/python" - "${CQK_PIP_PACKAGES[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+for requirement in sys.argv[1:]:
+    name, _, pinned = requirement.partition("==")
+    name = name.split("[")[0]  # lm-eval[hf]: the extra is not part of the name
+    assert version(name) == pinned if pinned else version(name)
+import torch.utils, numpy, matplotlib  # noqa: E401 - they import, not just are listed
+PY
+then
   "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "${CQK_PIP_PACKAGES[@]}" \
     || die "the cached environment $CQK_VENV is broken and pip could not repair it; delete it and run again"
 fi

@@ -30,6 +30,7 @@
 #include "cqk/runtime.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
+#include "model_config_json.h"
 
 #ifdef CQK_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -194,41 +195,11 @@ std::optional<double> datasheet_peak_flops(const std::string& device_name, const
 }
 
 std::string config_json(const Config& c) {
-  const auto& m = c.model;
-  const auto& a = m.attention;
-  const auto& cp = a.coupling;
   const auto& d = c.data;
   const auto& t = c.train;
   json out = {
       {"run", {{"name", c.run.name}, {"seed", c.run.seed}}},
-      {"model",
-       {{"vocab_size", m.vocab_size},
-        {"width", m.width},
-        {"layers", m.layers},
-        {"heads", m.heads},
-        {"kv_heads", m.kv_heads},
-        {"mlp", m.mlp},
-        {"mlp_hidden", m.mlp_hidden},
-        {"rope_base", m.rope_base},
-        {"init_std", m.init_std},
-        {"norm_eps", m.norm_eps},
-        {"attention",
-         {{"kind", a.kind},
-          {"coupling",
-           {{"kind", cp.kind},
-            {"hidden", cp.hidden},
-            {"steps", cp.steps},
-            {"clamp", cp.clamp},
-            {"shared_across_heads", cp.shared_across_heads},
-            {"separate_pairs", cp.separate_pairs},
-            {"integrator", cp.integrator},
-            {"dt_init", cp.dt_init},
-            {"recompute_from_inverse", cp.recompute_from_inverse}}},
-          {"mta",
-           {{"every", a.mta.every},
-            {"query_kernel", a.mta.query_kernel},
-            {"key_kernel", a.mta.key_kernel},
-            {"head_group", a.mta.head_group}}}}}}},
+      {"model", model_config_json(c.model)},
       {"data",
        {{"kind", d.kind},
         {"seq_len", d.seq_len},

@@ -346,4 +346,16 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
   return out;
 }
 
+std::optional<std::string> data_tokenizer_path(const DataConfig& data) {
+  if (data.kind != "tokens") return std::nullopt;
+  const auto path = (fs::path(data.dir) / "tokenizer.model").string();
+  const TokenFile train = open_split(data.dir, "train");
+  if (!fs::exists(path))
+    throw std::runtime_error(path + " is missing: the run's token files have no tokenizer to turn ids into text");
+  if (const uint64_t actual = file_checksum(path); actual != train.tokenizer_checksum())
+    throw std::runtime_error(path + ": checksum " + checksum_hex(actual) + " differs from " + train.path() +
+                             "'s tokenizer checksum " + checksum_hex(train.tokenizer_checksum()));
+  return path;
+}
+
 }  // namespace cqk

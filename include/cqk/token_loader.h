@@ -25,6 +25,7 @@
 // matches the file's). Without them there is no bits per byte / word perplexity.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,5 +89,11 @@ class TokenBatchSource final : public BatchSource {
   int64_t position_ = 0;
   std::unique_ptr<Prefetcher> prefetcher_;
 };
+
+// The tokenizer that turns a run's ids into text: for token files the folder's
+// tokenizer.model, checked against the training split's tokenizer checksum;
+// none for the recall task (ids only). Throws std::runtime_error naming the
+// file when a token folder has no tokenizer.model or a different one.
+std::optional<std::string> data_tokenizer_path(const DataConfig& data);
 
 }  // namespace cqk

@@ -21,6 +21,7 @@ void add_stats_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 
 }  // namespace cqk::cli

@@ -4,31 +4,22 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "cqk/trained_model.h"
 #include "cqk/batch_source.h"
-#include "cqk/checkpoint.h"
-#include "cqk/config_loader.h"
-#include "cqk/device.h"
 #include "cqk/evaluation_report.h"
-#include "cqk/log.h"
 #include "cqk/model.h"
-#include "cqk/runtime.h"
 #include "cqk/token_loader.h"
 #include "cqk/tokenizer.h"
 #include "cqk/trainer.h"
-#include "trained_model.h"
 
 namespace cqk::cli {
-
-namespace fs = std::filesystem;
 
 namespace {
 // The token folder `dir` as the evaluated data of a run whose own data is
@@ -51,49 +42,6 @@ std::unique_ptr<BatchSource> evaluation_folder(const Config& config, const std::
   return source;
 }
 }  // namespace
-
-TransformerLM load_trained_model(const std::string& target, const std::string& device_name, Config& config,
-                                 std::string& checkpoint, int64_t& step) {
-  std::string run_dir;
-  std::vector<std::string> candidates;  // newest first
-  if (fs::is_regular_file(target)) {
-    run_dir = fs::path(target).parent_path().parent_path().string();
-    if (run_dir.empty()) run_dir = ".";
-    if (!fs::exists(fs::path(run_dir) / "config.yaml"))
-      throw std::runtime_error(target + ": expected a checkpoint inside RUN_DIR/checkpoints/, but " + run_dir +
-                               " has no config.yaml");
-    candidates.push_back(target);
-  } else if (fs::is_directory(target)) {
-    run_dir = target;
-    const auto all = list_checkpoints(run_dir);
-    candidates.assign(all.rbegin(), all.rend());
-  } else {
-    throw std::runtime_error(target + ": no such run directory or checkpoint file");
-  }
-  config = load_run_config(run_dir);
-  if (candidates.empty()) throw std::runtime_error(run_dir + ": the run has no checkpoints yet");
-  if (config.model.vocab_size <= 0)
-    throw std::runtime_error(run_dir + "/config.yaml: model.vocab_size is not resolved (" +
-                             std::to_string(config.model.vocab_size) + ")");
-  configure_threads(static_cast<int>(config.train.threads));
-  const auto device = device_name.empty() ? choose_device(config.train.device) : choose_device(device_name, "--device");
-  const std::string hash = stored_config_hash(run_dir);
-
-  TransformerLM model(config.model);
-  for (auto it = candidates.begin(); it != candidates.end(); ++it) {
-    try {
-      step = load_checkpoint(*it, *model, hash).step;
-      checkpoint = *it;
-      break;
-    } catch (const std::runtime_error& e) {
-      if (std::next(it) == candidates.end()) throw;
-      log::warn(std::string(e.what()) + "; trying the previous checkpoint");
-    }
-  }
-  model->to(device);
-  model->eval();
-  return model;
-}
 
 void add_eval_command(CLI::App& app) {
   struct Arguments {
@@ -121,10 +69,8 @@ void add_eval_command(CLI::App& app) {
       ->type_name("DIR");
   eval->add_flag("--json", args->json, "Print one JSON object instead of a line of text");
   eval->callback([args] {
-    Config config;
-    std::string checkpoint;
-    int64_t step = 0;
-    auto model = load_trained_model(args->target, args->device, config, checkpoint, step);
+    auto trained = load_trained_model(args->target, args->device);
+    auto& [model, config, run_dir, checkpoint, step] = trained;
     const auto device = model->parameters().front().device();
     const Split split = args->split == "test" ? Split::Test : Split::Valid;
     // The run's own data: its training split decides which targets count as seen.

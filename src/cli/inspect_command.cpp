@@ -26,7 +26,7 @@
 #include "cqk/runtime.h"
 #include "cqk/token_file.h"
 #include "cqk/trainer.h"
-#include "trained_model.h"
+#include "cqk/trained_model.h"
 
 namespace cqk::cli {
 namespace {
@@ -161,16 +161,14 @@ void print_logged_diagnostics(const fs::path& run_dir) {
 
 // The newest checkpoint's diagnostics per layer, computed now.
 void print_current_diagnostics(const std::string& run_dir) {
-  Config config;
-  std::string checkpoint;
-  int64_t step = 0;
   try {
-    auto model = load_trained_model(run_dir, "auto", config, checkpoint, step);
-    auto batches = make_batch_source(config.data, config.run.seed)->eval_batches(Split::Valid, 1);
+    auto trained = load_trained_model(run_dir, "auto");
+    auto batches = make_batch_source(trained.config.data, trained.config.run.seed)->eval_batches(Split::Valid, 1);
     if (batches.empty()) throw std::runtime_error("the validation split is empty");
-    const auto device = model->embedding->weight.device();
-    const auto layers = coupling_diagnostics(model, batches.front().inputs.to(device));
-    std::cout << "\ncoupling per layer at step " << step << " (" << checkpoint << ", one validation batch):\n"
+    const auto device = trained.model->embedding->weight.device();
+    const auto layers = coupling_diagnostics(trained.model, batches.front().inputs.to(device));
+    std::cout << "\ncoupling per layer at step " << trained.step << " (" << trained.checkpoint
+              << ", one validation batch):\n"
               << "   layer  q change  k change  mean |s|   log det\n";
     for (const auto& layer : layers) print_diagnostics_row(std::to_string(layer.layer), layer);
   } catch (const std::exception& e) {

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   cqk::cli::add_inspect_command(app);
   cqk::cli::add_eval_command(app);
   cqk::cli::add_generate_command(app);
+  cqk::cli::add_export_command(app);
   cqk::cli::add_launch_command(app);
 
   try {
