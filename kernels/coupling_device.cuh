@@ -1,6 +1,6 @@
 #pragma once
-// Device-side pieces shared by the fused coupling kernels (fused_coupling.cu)
-// and the flash coupled-attention kernels (fused_attention.cu): element I/O of
+// Device-side pieces shared by the fused coupling kernels (coupling_kernels.cu)
+// and the flash coupled-attention kernels (attention_kernels.cu): element I/O of
 // 8 channels, the warp-shuffle Reduce of coupling_math.cuh's lane drivers, the
 // shared-memory weight views and their packing, and the device query of the
 // host launchers. CUDA only (nvcc), no torch.
@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "coupling_math.cuh"
-#include "fused_coupling.h"
+#include "coupling_kernels.h"
 #include "rope_math.cuh"
 
 // The launch and the block's dynamic shared memory, as macros so that the

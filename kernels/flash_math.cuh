@@ -1,5 +1,5 @@
 #pragma once
-// The math of the flash-style coupled attention (fused_attention.cu), shared by
+// The math of the flash-style coupled attention (attention_kernels.cu), shared by
 // the CUDA kernels and the CPU test that emulates their tiling
 // (tests/flash_math_test.cpp).
 //

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "coupling_math.cuh"  // CQK_HOST_DEVICE, kLaneChannels
-#include "fused_coupling.h"   // RopeTables
+#include "coupling_kernels.h"   // RopeTables
 
 namespace cqk::kernels {
 

@@ -1,6 +1,6 @@
 // Torch side of the flash coupled attention: the switch, the dispatch checks,
 // the RoPE tables and the autograd function. The kernels themselves
-// (kernels/fused_attention.cu) see raw pointers only. Without CUDA
+// (kernels/attention_kernels.cu) see raw pointers only. Without CUDA
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
 #include "cqk/fused_attention.h"
 
@@ -19,7 +19,7 @@
 #include <torch/autograd.h>
 
 #include "coupling_autograd.h"
-#include "fused_attention.h"  // kernels/: the launchers
+#include "attention_kernels.h"  // kernels/: the launchers
 #include "kernel_arguments.h"
 #endif
 

@@ -1,6 +1,6 @@
 // Torch side of the fused affine coupling: checks, the autograd function and
 // the launches on the current CUDA stream. The kernels themselves
-// (kernels/fused_coupling.cu) see raw pointers only. Without CUDA
+// (kernels/coupling_kernels.cu) see raw pointers only. Without CUDA
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
 #include "cqk/fused_coupling.h"
 
@@ -18,7 +18,7 @@
 #include <torch/autograd.h>
 
 #include "coupling_autograd.h"
-#include "fused_coupling.h"  // kernels/: the launchers
+#include "coupling_kernels.h"  // kernels/: the launchers
 #include "kernel_arguments.h"
 #endif
 

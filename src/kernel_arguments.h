@@ -1,7 +1,7 @@
 #pragma once
 // Tensors to the raw-pointer arguments of the coupling kernels: the CUDA
 // launchers in kernels/ and the CPU kernel in src/simd/, which take the same
-// argument types (kernels/fused_coupling.h): element types, row strides,
+// argument types (kernels/coupling_kernels.h): element types, row strides,
 // readable copies, coupling weights and their gradients, the stream. Internal
 // to the library (src/fused_coupling.cpp, src/fused_attention.cpp,
 // src/cpu_coupling.cpp); kernel_readable and current_stream are in CUDA builds only.
@@ -12,7 +12,7 @@
 
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
-#include "fused_coupling.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
+#include "coupling_kernels.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
 
 namespace cqk::kernel_arguments {
 

@@ -1,6 +1,6 @@
 // The __host__ __device__ math of the flash coupled-attention kernels
 // (kernels/flash_math.cuh), compiled as plain C++ and driven through the same
-// tiling as kernels/fused_attention.cu: the forward's online softmax over key
+// tiling as kernels/attention_kernels.cu: the forward's online softmax over key
 // tiles and the backward's walk over the query tiles that see a key tile, both
 // against causal attention computed naively in float64 (forward values, and
 // gradients by autograd); the same for differential attention's two maps in
@@ -57,7 +57,7 @@ struct ForwardResult {
   std::vector<float> lse2;
 };
 
-// The forward of fused_attention.cu for one (batch, head): per query tile, the
+// The forward of attention_kernels.cu for one (batch, head): per query tile, the
 // key tiles up to the diagonal, online softmax row by row.
 ForwardResult tiled_forward(const Matrix& q, const Matrix& k, const Matrix& v, float scale) {
   const int64_t time = q.rows, dim = v.cols;
@@ -98,7 +98,7 @@ std::vector<float> row_deltas(const Matrix& grad_o, const Matrix& o) {
   return delta;
 }
 
-// One key tile of one pair in the backward of fused_attention.cu: the query
+// One key tile of one pair in the backward of attention_kernels.cu: the query
 // tiles from the first that sees it to the last, p rebuilt from lse2. Adds to
 // dq, dk and dv.
 void backward_key_tile(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& grad_o,
@@ -132,7 +132,7 @@ struct Gradients {
   Matrix dv;                   // shared by the pairs
 };
 
-// The backward of fused_attention.cu over the pairs of one head: one block
+// The backward of attention_kernels.cu over the pairs of one head: one block
 // per key tile walks the pairs one after the other, dk per pair, dv summed.
 Gradients tiled_backward(const std::vector<Matrix>& q, const std::vector<Matrix>& k, const Matrix& v,
                          const std::vector<ForwardResult>& forward, const std::vector<Matrix>& grad_o, float scale) {

@@ -1,5 +1,5 @@
 #pragma once
-// The flash-style coupled attention (kernels/fused_attention.cu) as a torch
+// The flash-style coupled attention (kernels/attention_kernels.cu) as a torch
 // autograd function: causal softmax attention whose q and k tiles are coupled,
 // and rotated by RoPE, as the kernel loads them, so the coupled q and k never
 // reach global memory. Its backward recomputes the coupled tiles from the

@@ -1,5 +1,5 @@
 #pragma once
-// The fused CUDA affine coupling (kernels/fused_coupling.cu) as a torch
+// The fused CUDA affine coupling (kernels/coupling_kernels.cu) as a torch
 // autograd function. The q/k path (src/ops/qk_path.h) takes it for CUDA
 // tensors when fused_affine_coupling_applies(); the ATen path stays the
 // fallback and the reference. See docs/KERNELS.md.

@@ -1,6 +1,6 @@
 #pragma once
 // GPU checks of the fused affine coupling and of the flash coupled attention
-// (kernels/fused_attention.cu) against the ATen path, shared by the
+// (kernels/attention_kernels.cu) against the ATen path, shared by the
 // GoogleTest suite (tests/fused_coupling_test.cpp) and the standalone
 // cqk_kernel_bench --check (which scripts/gpu_check.sh runs where GoogleTest and
 // the other dependencies of the full build are missing). Host-side torch code:

@@ -2,7 +2,7 @@
 // The affine coupling on the CPU in one pass per token, with raw pointers and
 // no torch headers: these units are compiled for AVX2 and AVX-512 with OpenMP
 // (see src/simd/CMakeLists.txt), so torch's inline code must never be compiled
-// here. The arguments are those of the CUDA launchers (kernels/fused_coupling.h:
+// here. The arguments are those of the CUDA launchers (kernels/coupling_kernels.h:
 // CouplingShape, AffineCouplingParams, AffineCouplingGrads, RowStrides), which
 // src/kernel_arguments.h makes from tensors. The math is that of
 // kernels/coupling_math.cuh and QKCoupling::transform:
@@ -11,7 +11,7 @@
 // The backward walks the steps in reverse, rebuilding each step's input with
 // the exact inverse y <- (y - t) exp(-s) from the same conditioner evaluation
 // that its gradient needs, so nothing but the outputs is kept.
-#include "fused_coupling.h"  // kernels/
+#include "coupling_kernels.h"  // kernels/
 
 namespace cqk::cpu {
 

@@ -3,7 +3,7 @@
 // in one pass, with the widest compiled copy this CPU runs (as
 // affine_coupling_cpu.h; raw pointers, no torch headers). The torch side is
 // apply_rope (include/cqk/rope.h).
-#include "fused_coupling.h"  // kernels/: CouplingShape, RowStrides
+#include "coupling_kernels.h"  // kernels/: CouplingShape, RowStrides
 
 namespace cqk::cpu {
 

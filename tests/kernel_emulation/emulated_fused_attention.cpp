@@ -1,6 +1,6 @@
-// kernels/fused_attention.cu compiled as C++ for the emulator (see
+// kernels/attention_kernels.cu compiled as C++ for the emulator (see
 // emulated_fused_coupling.cpp).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #define __CUDA_ARCH__ 900
-#include "fused_attention.cu"
+#include "attention_kernels.cu"

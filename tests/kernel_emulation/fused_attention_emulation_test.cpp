@@ -1,4 +1,4 @@
-// kernels/fused_attention.cu (the flash coupled attention) run on the CPU by
+// kernels/attention_kernels.cu (the flash coupled attention) run on the CPU by
 // the emulator (emulator.h): forward (o, lse2) and backward (delta, the
 // gradients with respect to the coupled q and k, dv) against float64 ATen
 // attention over reference.h's coupling, for vanilla (one pair) and
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "emulator.h"
-#include "fused_attention.h"
+#include "attention_kernels.h"
 #include "reference.h"
 #include "test_support.h"
 #include "tools/check_support.h"

@@ -1,4 +1,4 @@
-// kernels/fused_coupling.cu run on the CPU by the emulator (emulator.h): the
+// kernels/coupling_kernels.cu run on the CPU by the emulator (emulator.h): the
 // forward, inverse and backward kernels against reference.h's float64 ATen
 // coupling (with QK-norm and RoPE), on fresh random inputs and weights far
 // from the identity, outputs poisoned with NaN before each launch.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "emulator.h"
-#include "fused_coupling.h"
+#include "coupling_kernels.h"
 #include "reference.h"
 #include "test_support.h"
 #include "tools/check_support.h"

@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "emulator.h"
-#include "fused_coupling.h"
+#include "coupling_kernels.h"
 #include "reference.h"
 
 namespace cqk::emulation {

@@ -6,7 +6,7 @@
 // A block of 256 threads owns one (batch, head) and one tile of 64 rows (the
 // forward one pair of it, the backward every pair: below). Tiles
 // of q or k are coupled as they are loaded: a token's D channels over L = D/8
-// lanes, as in fused_coupling.cu, every step in registers with the head's
+// lanes, as in coupling_kernels.cu, every step in registers with the head's
 // weights packed in shared memory (read from global memory instead in the
 // backward at head dim 128 with values of 256), then RoPE (the partner
 // channel is in lane l ^ L/2: one shuffle), then the tile goes to shared
@@ -34,7 +34,7 @@
 
 #include "coupling_device.cuh"
 #include "flash_math.cuh"
-#include "fused_attention.h"
+#include "attention_kernels.h"
 
 namespace cqk::kernels {
 namespace {

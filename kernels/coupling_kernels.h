@@ -1,5 +1,5 @@
 #pragma once
-// Host launchers for the fused affine-coupling kernels (fused_coupling.cu).
+// Host launchers for the fused affine-coupling kernels (coupling_kernels.cu).
 // Raw pointers only, so that neither side of the boundary needs the other's
 // headers: the torch side is src/fused_coupling.cpp.
 //

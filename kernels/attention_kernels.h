@@ -1,5 +1,5 @@
 #pragma once
-// Host launchers of the flash-style coupled attention (fused_attention.cu):
+// Host launchers of the flash-style coupled attention (attention_kernels.cu):
 // causal softmax attention whose q and k tiles are coupled (every affine step of
 // the coupling, then RoPE when given) as they are loaded, so the coupled q and
 // k never reach global memory. Raw pointers only, like fused_coupling.h; the
@@ -16,7 +16,7 @@
 // contiguous in the same layout (dv: v's). The math runs in float32.
 #include <cstdint>
 
-#include "fused_coupling.h"  // AffineCouplingParams, ElementType, CouplingShape, RowStrides
+#include "coupling_kernels.h"  // AffineCouplingParams, ElementType, CouplingShape, RowStrides
 
 namespace cqk::kernels {
 
