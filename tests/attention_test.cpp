@@ -15,10 +15,17 @@ using cqk::AttentionKind;
 using cqk::AttentionOptions;
 using cqk::CouplingKind;
 
-const AttentionKind kAttentionKinds[] = {AttentionKind::Vanilla, AttentionKind::Differential, AttentionKind::QKNorm,
-                                         AttentionKind::MultiToken};
-const CouplingKind kCouplingKinds[] = {CouplingKind::None, CouplingKind::Affine, CouplingKind::NonInvertible,
-                                       CouplingKind::Uncoupled, CouplingKind::Dynamics};
+// Every kind, from the enums' tables: a new kind is tested here without being listed.
+const std::vector<AttentionKind> kAttentionKinds = [] {
+  std::vector<AttentionKind> kinds;
+  for (const auto& name : cqk::attention_kind_names()) kinds.push_back(cqk::parse_attention_kind(name));
+  return kinds;
+}();
+const std::vector<CouplingKind> kCouplingKinds = [] {
+  std::vector<CouplingKind> kinds;
+  for (const auto& name : cqk::coupling_kind_names()) kinds.push_back(cqk::parse_coupling_kind(name));
+  return kinds;
+}();
 
 AttentionOptions small(AttentionKind kind, CouplingKind coupling = CouplingKind::None) {
   auto options = AttentionOptions(32, 4).kind(kind).layer_index(2);

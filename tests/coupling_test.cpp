@@ -16,8 +16,13 @@ using cqk::CouplingOptions;
 using cqk::QKCoupling;
 using cqk::testing::max_relative_error;
 
-const CouplingKind kLearnedKinds[] = {CouplingKind::Affine, CouplingKind::NonInvertible, CouplingKind::Uncoupled,
-                                      CouplingKind::Dynamics};
+// Every kind with parameters, from the enum's table: a new kind is tested here without being listed.
+const std::vector<CouplingKind> kLearnedKinds = [] {
+  std::vector<CouplingKind> kinds;
+  for (const auto& name : cqk::coupling_kind_names())
+    if (name != "none") kinds.push_back(cqk::parse_coupling_kind(name));
+  return kinds;
+}();
 
 CouplingOptions options(CouplingKind kind, int64_t heads = 3, int64_t dim = 8) {
   return CouplingOptions(kind, heads, dim).hidden(4);

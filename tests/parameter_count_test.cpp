@@ -37,8 +37,8 @@ cqk::ModelConfig small_config(const std::string& attention, const std::string& c
 
 std::vector<Case> grid() {
   std::vector<Case> cases;
-  for (const std::string attention : {"vanilla", "diff", "qknorm", "mta"}) {
-    for (const std::string coupling : {"none", "affine", "noninvertible", "uncoupled", "dynamics"}) {
+  for (const std::string& attention : cqk::attention_kind_names()) {
+    for (const std::string& coupling : cqk::coupling_kind_names()) {
       const std::string label = attention + "/" + coupling;
       auto base = small_config(attention, coupling);
       cases.push_back({label, base});
