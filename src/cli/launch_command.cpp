@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -133,25 +134,24 @@ struct Stream {
   }
 };
 
-int run_launch(const LaunchArguments& args) {
+// The free port of a one-node launch without --master-port, after checking the arguments.
+int checked_port(const LaunchArguments& args) {
   if (args.command.empty())
     throw std::invalid_argument("launch: give the command for each rank after --, e.g. cqk launch --nproc 2 -- train");
   if (args.command.front() == "launch") throw std::invalid_argument("launch: the ranks cannot run `cqk launch` again");
   if (args.node_rank >= args.nnodes)
     throw std::invalid_argument("launch: --node-rank must be below --nnodes (" + std::to_string(args.nnodes) + ")");
-  int port = args.master_port;
-  if (port == 0) {
-    if (args.nnodes > 1) throw std::invalid_argument("launch: --master-port is required with --nnodes > 1");
-    port = free_port();
-  }
-  const int world = args.nnodes * args.nproc;
-  const std::string exe = self_executable();
+  if (args.master_port != 0) return args.master_port;
+  if (args.nnodes > 1) throw std::invalid_argument("launch: --master-port is required with --nnodes > 1");
+  return free_port();
+}
+
+// What every rank's environment sets, as torchrun does (RANK and LOCAL_RANK come per rank).
+std::map<std::string, std::string> common_environment(const LaunchArguments& args, int port) {
   const char* threads_env = std::getenv("CQK_NUM_THREADS");
   const std::string threads =
       threads_env && *threads_env ? threads_env : std::to_string(std::max(1, available_cpus() / args.nproc));
-
-  // Everything the children need, built before fork (the child only calls exec).
-  std::map<std::string, std::string> common = {{"WORLD_SIZE", std::to_string(world)},
+  std::map<std::string, std::string> common = {{"WORLD_SIZE", std::to_string(args.nnodes * args.nproc)},
                                                {"LOCAL_WORLD_SIZE", std::to_string(args.nproc)},
                                                {"MASTER_ADDR", args.master_addr},
                                                {"MASTER_PORT", std::to_string(port)},
@@ -159,100 +159,127 @@ int run_launch(const LaunchArguments& args) {
                                                {"CQK_NUM_THREADS", threads}};
   if (args.timeout_seconds > 0) common["CQK_DIST_TIMEOUT"] = std::to_string(args.timeout_seconds);
   if (!std::getenv("OMP_NUM_THREADS")) common["OMP_NUM_THREADS"] = threads;
+  return common;
+}
 
+// SIGINT and SIGTERM reach the launcher's flag while it lives; the ranks get
+// the handlers the launcher started with.
+class LauncherSignals {
+ public:
+  LauncherSignals() {
+    struct sigaction action {};
+    action.sa_handler = launcher_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &previous_int_);
+    ::sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~LauncherSignals() { restore(); }
+  LauncherSignals(const LauncherSignals&) = delete;
+  LauncherSignals& operator=(const LauncherSignals&) = delete;
+  void restore() const {  // also in a forked child, before exec
+    ::sigaction(SIGINT, &previous_int_, nullptr);
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+
+ private:
+  struct sigaction previous_int_ {}, previous_term_{};
+};
+
+// Forks and execs local rank `local` with `common` plus its RANK and
+// LOCAL_RANK. Ranks other than 0 write into pipes that are added to `streams`.
+// Everything the child needs is built before fork: the child only calls exec.
+Rank start_rank(const LaunchArguments& args, int local, const std::map<std::string, std::string>& common,
+                const LauncherSignals& signals, std::vector<Stream>& streams) {
+  const int rank = args.node_rank * args.nproc + local;
+  const std::string exe = self_executable();
   std::vector<std::string> argv_storage{exe};
   argv_storage.insert(argv_storage.end(), args.command.begin(), args.command.end());
   std::vector<char*> child_argv;
   for (auto& a : argv_storage) child_argv.push_back(a.data());
   child_argv.push_back(nullptr);
 
-  say("starting " + std::to_string(args.nproc) + " rank" + (args.nproc > 1 ? "s" : "") + " of " +
-      std::to_string(world) + ", store " + args.master_addr + ":" + std::to_string(port));
+  auto variables = common;
+  variables["RANK"] = std::to_string(rank);
+  variables["LOCAL_RANK"] = std::to_string(local);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (variables.count(entry.substr(0, entry.find('='))) == 0) env_storage.push_back(entry);
+  }
+  for (const auto& [key, value] : variables) env_storage.push_back(key + "=" + value);
+  std::vector<char*> child_env;
+  for (auto& e : env_storage) child_env.push_back(e.data());
+  child_env.push_back(nullptr);
 
-  struct sigaction action {};
-  action.sa_handler = launcher_signal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction previous_int {
-  }, previous_term{};
-  ::sigaction(SIGINT, &action, &previous_int);
-  ::sigaction(SIGTERM, &action, &previous_term);
-  struct RestoreSignals {
-    struct sigaction int_, term_;
-    ~RestoreSignals() {
-      ::sigaction(SIGINT, &int_, nullptr);
-      ::sigaction(SIGTERM, &term_, nullptr);
-    }
-  } restore{previous_int, previous_term};
-
-  std::vector<Rank> ranks(static_cast<size_t>(args.nproc));
-  std::vector<Stream> streams;
-  for (int local = 0; local < args.nproc; ++local) {
-    const int rank = args.node_rank * args.nproc + local;
-    auto variables = common;
-    variables["RANK"] = std::to_string(rank);
-    variables["LOCAL_RANK"] = std::to_string(local);
-    std::vector<std::string> env_storage;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      if (variables.count(entry.substr(0, entry.find('='))) == 0) env_storage.push_back(entry);
-    }
-    for (const auto& [key, value] : variables) env_storage.push_back(key + "=" + value);
-    std::vector<char*> child_env;
-    for (auto& e : env_storage) child_env.push_back(e.data());
-    child_env.push_back(nullptr);
-
-    const bool prefixed = rank != 0;
-    int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (prefixed && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
-      throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      ::sigaction(SIGINT, &previous_int, nullptr);
-      ::sigaction(SIGTERM, &previous_term, nullptr);
-      if (prefixed) {
-        ::dup2(out[1], STDOUT_FILENO);
-        ::dup2(err[1], STDERR_FILENO);
-      }
-      ::execve(exe.c_str(), child_argv.data(), child_env.data());
-      const std::string message = "cqk launch: cannot run " + exe + ": " + std::strerror(errno) + "\n";
-      write_all(STDERR_FILENO, message);
-      ::_exit(127);
-    }
-    ranks[static_cast<size_t>(local)] = {rank, pid, true, false, 0};
+  const bool prefixed = rank != 0;
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (prefixed && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    signals.restore();
     if (prefixed) {
-      ::close(out[1]);
-      ::close(err[1]);
-      const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-      streams.push_back({out[0], STDOUT_FILENO, prefix, {}});
-      streams.push_back({err[0], STDERR_FILENO, prefix, {}});
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
     }
+    ::execve(exe.c_str(), child_argv.data(), child_env.data());
+    const std::string message = "cqk launch: cannot run " + exe + ": " + std::strerror(errno) + "\n";
+    write_all(STDERR_FILENO, message);
+    ::_exit(127);
+  }
+  if (prefixed) {
+    ::close(out[1]);
+    ::close(err[1]);
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    streams.push_back({out[0], STDOUT_FILENO, prefix, {}});
+    streams.push_back({err[0], STDERR_FILENO, prefix, {}});
+  }
+  return {rank, pid, true, false, 0};
+}
+
+// Watches the ranks until all have exited and their output is drained: passes
+// their output on, notes the first failure, forwards the launcher's signals,
+// and stops what still runs a grace period after a failure.
+class Supervisor {
+ public:
+  Supervisor(std::vector<Rank>& ranks, std::vector<Stream>& streams, double grace_seconds)
+      : ranks_(ranks), streams_(streams), grace_seconds_(grace_seconds), running_(static_cast<int>(ranks.size())) {}
+
+  void run() {
+    while (!done()) {
+      pump_output();
+      reap_exited();
+      forward_signals();
+      stop_after_grace();
+    }
+    for (auto& s : streams_)
+      if (s.fd >= 0) {
+        s.flush_lines(true);
+        ::close(s.fd);
+      }
   }
 
-  int running = args.nproc;
-  const Rank* first_failure = nullptr;
-  Clock::time_point failure_time, term_time;
-  bool term_sent = false, kill_sent = false;
-  bool interrupted = false;  // the launcher got SIGINT/SIGTERM: exits are not failures
-  std::optional<Clock::time_point> all_exited;
-  const auto signal_running = [&](int signal) {
-    for (auto& r : ranks)
-      if (r.running) ::kill(r.pid, signal);
-  };
+  const Rank* first_failure() const { return first_failure_; }
+  bool interrupted() const { return interrupted_; }  // the launcher got SIGINT/SIGTERM: exits are not failures
 
-  while (true) {
-    // Output of the prefixed ranks.
+ private:
+  bool done() const {
+    const bool output_open = std::any_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.fd >= 0; });
+    return running_ == 0 && (!output_open || (all_exited_ && Clock::now() - *all_exited_ > std::chrono::seconds(2)));
+  }
+
+  void pump_output() {
     std::vector<pollfd> fds;
-    for (auto& s : streams)
+    for (auto& s : streams_)
       if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
-    if (running == 0 && (fds.empty() || (all_exited && Clock::now() - *all_exited > std::chrono::seconds(2)))) break;
-    if (!fds.empty()) {
-      ::poll(fds.data(), fds.size(), 100);
-    } else {
+    if (fds.empty()) {
       ::usleep(100 * 1000);
+      return;
     }
-    for (auto& s : streams) {
+    ::poll(fds.data(), fds.size(), 100);
+    for (auto& s : streams_) {
       if (s.fd < 0) continue;
       for (const auto& p : fds) {
         if (p.fd != s.fd || (p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
@@ -268,57 +295,72 @@ int run_launch(const LaunchArguments& args) {
         }
       }
     }
+  }
 
-    // Exited ranks.
-    for (auto& r : ranks) {
+  void reap_exited() {
+    for (auto& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
-      const pid_t done = ::waitpid(r.pid, &status, WNOHANG);
-      if (done != r.pid) continue;
+      if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
       r.running = false;
       r.status = status;
-      --running;
-      if (running == 0) all_exited = Clock::now();
-      if (status != 0 && first_failure == nullptr && !r.stopped_by_launcher && !interrupted) {
-        first_failure = &r;
-        failure_time = Clock::now();
-        if (running > 0) {
-          char grace[32];
-          std::snprintf(grace, sizeof grace, "%g", args.grace_seconds);
-          say("rank " + std::to_string(r.rank) + " failed (" + describe_status(status) + "); waiting up to " + grace +
-              " s for the other ranks to exit");
-        }
-      }
-    }
-
-    // Signals to the launcher go to every rank (they checkpoint and exit together).
-    if (const int signal = g_launcher_signal.exchange(0); signal != 0) {
-      interrupted = true;
-      signal_running(signal);
-    }
-
-    // After a failure and the grace period: SIGTERM, then SIGKILL 5 s later.
-    if (first_failure != nullptr && running > 0) {
-      const auto now = Clock::now();
-      if (!term_sent && now - failure_time > std::chrono::duration<double>(args.grace_seconds)) {
-        say("stopping the ranks still running " + std::to_string(static_cast<int>(args.grace_seconds)) +
-            " s after rank " + std::to_string(first_failure->rank) + " failed");
-        for (auto& r : ranks) r.stopped_by_launcher = r.running;
-        signal_running(SIGTERM);
-        term_sent = true;
-        term_time = now;
-      } else if (term_sent && !kill_sent && now - term_time > std::chrono::seconds(5)) {
-        signal_running(SIGKILL);
-        kill_sent = true;
+      if (--running_ == 0) all_exited_ = Clock::now();
+      if (status == 0 || first_failure_ != nullptr || r.stopped_by_launcher || interrupted_) continue;
+      first_failure_ = &r;
+      failure_time_ = Clock::now();
+      if (running_ > 0) {
+        char grace[32];
+        std::snprintf(grace, sizeof grace, "%g", grace_seconds_);
+        say("rank " + std::to_string(r.rank) + " failed (" + describe_status(status) + "); waiting up to " + grace +
+            " s for the other ranks to exit");
       }
     }
   }
-  for (auto& s : streams)
-    if (s.fd >= 0) {
-      s.flush_lines(true);
-      ::close(s.fd);
-    }
 
+  // Signals to the launcher go to every rank (they checkpoint and exit together).
+  void forward_signals() {
+    if (const int signal = g_launcher_signal.exchange(0); signal != 0) {
+      interrupted_ = true;
+      signal_running(signal);
+    }
+  }
+
+  // After a failure and the grace period: SIGTERM, then SIGKILL 5 s later.
+  void stop_after_grace() {
+    if (first_failure_ == nullptr || running_ == 0) return;
+    const auto now = Clock::now();
+    if (!term_sent_ && now - failure_time_ > std::chrono::duration<double>(grace_seconds_)) {
+      say("stopping the ranks still running " + std::to_string(static_cast<int>(grace_seconds_)) + " s after rank " +
+          std::to_string(first_failure_->rank) + " failed");
+      for (auto& r : ranks_) r.stopped_by_launcher = r.running;
+      signal_running(SIGTERM);
+      term_sent_ = true;
+      term_time_ = now;
+    } else if (term_sent_ && !kill_sent_ && now - term_time_ > std::chrono::seconds(5)) {
+      signal_running(SIGKILL);
+      kill_sent_ = true;
+    }
+  }
+
+  void signal_running(int signal) {
+    for (auto& r : ranks_)
+      if (r.running) ::kill(r.pid, signal);
+  }
+
+  std::vector<Rank>& ranks_;
+  std::vector<Stream>& streams_;
+  double grace_seconds_;
+  int running_;
+  const Rank* first_failure_ = nullptr;
+  Clock::time_point failure_time_, term_time_;
+  bool term_sent_ = false, kill_sent_ = false, interrupted_ = false;
+  std::optional<Clock::time_point> all_exited_;
+};
+
+// The launcher's exit status: 0 when every rank succeeded; after an interrupt
+// the ranks' own status (130: they checkpointed and stopped); else the first
+// failure's, with a line for each rank that failed.
+int launch_exit_status(const std::vector<Rank>& ranks, const Supervisor& supervisor) {
   int failed = 0;
   for (const auto& r : ranks) {
     if (r.status == 0) continue;
@@ -327,15 +369,29 @@ int run_launch(const LaunchArguments& args) {
         describe_status(r.status));
   }
   if (failed == 0) return 0;
-  if (first_failure == nullptr && interrupted) {
+  if (supervisor.first_failure() == nullptr && supervisor.interrupted()) {
     for (const auto& r : ranks)
-      if (r.status != 0) return exit_code_of(r.status);  // 130 after SIGINT: the ranks checkpointed and stopped
+      if (r.status != 0) return exit_code_of(r.status);
   }
-  const Rank& first = first_failure != nullptr ? *first_failure : ranks.front();
-  say(std::to_string(failed) + " of " + std::to_string(args.nproc) + " ranks failed; the first was rank " +
+  const Rank& first = supervisor.first_failure() != nullptr ? *supervisor.first_failure() : ranks.front();
+  say(std::to_string(failed) + " of " + std::to_string(ranks.size()) + " ranks failed; the first was rank " +
       std::to_string(first.rank) + " (" + describe_status(first.status) + ")");
   const int code = exit_code_of(first.status);
   return code == 0 ? 1 : code;
+}
+
+int run_launch(const LaunchArguments& args) {
+  const int port = checked_port(args);
+  const auto common = common_environment(args, port);
+  say("starting " + std::to_string(args.nproc) + " rank" + (args.nproc > 1 ? "s" : "") + " of " +
+      common.at("WORLD_SIZE") + ", store " + args.master_addr + ":" + std::to_string(port));
+  const LauncherSignals signals;
+  std::vector<Rank> ranks;
+  std::vector<Stream> streams;
+  for (int local = 0; local < args.nproc; ++local) ranks.push_back(start_rank(args, local, common, signals, streams));
+  Supervisor supervisor(ranks, streams, args.grace_seconds);
+  supervisor.run();
+  return launch_exit_status(ranks, supervisor);
 }
 
 }  // namespace
