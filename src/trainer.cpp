@@ -151,6 +151,50 @@ Evaluation evaluate_split(DistributedContext& dist, TransformerLM& model, BatchS
   return summarize(sums, evaluated_words(source, split, max_batches));
 }
 
+// The newest readable checkpoint of run_dir, restored into the model and the
+// optimizer, and its path; a corrupt newest file falls back to the one before it.
+std::pair<TrainingState, std::string> resume_from_checkpoints(const std::string& run_dir, TransformerLM& model,
+                                                              FusedAdamW& optimizer, const std::string& hash) {
+  const auto checkpoints = list_checkpoints(run_dir);
+  if (checkpoints.empty()) throw std::runtime_error(run_dir + ": no checkpoint to resume from");
+  for (auto it = checkpoints.rbegin();; ++it) {
+    try {
+      return {load_checkpoint(*it, *model, optimizer, hash), *it};
+    } catch (const std::runtime_error& e) {
+      if (std::next(it) == checkpoints.rend()) throw;
+      log::warn(std::string(e.what()) + "; trying the previous checkpoint");
+    }
+  }
+}
+
+// An evaluation line of metrics.jsonl: the validation metrics, flat, and the coupling's diagnostics.
+void log_evaluation(const std::string& metrics_path, const TrainingState& state, const Evaluation& valid,
+                    const std::vector<CouplingDiagnostics>& coupling) {
+  auto line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
+  line.update(flat_evaluation_json("valid_", valid));
+  if (!coupling.empty()) line["coupling"] = coupling_json(coupling);
+  append_line(metrics_path, line.dump());
+}
+
+// results.json: what the run was, its final evaluations and its coupling.
+void write_results(const std::string& run_dir, const Config& config, const TrainingState& state,
+                   const ParameterBreakdown& breakdown, const TrainSummary& summary,
+                   const std::vector<CouplingDiagnostics>& coupling, const std::string& hash) {
+  nlohmann::json results = {{"name", config.run.name},
+                            {"seed", config.run.seed},
+                            {"steps", state.step},
+                            {"tokens", state.tokens},
+                            {"params", breakdown.total()},
+                            {"coupling_params", breakdown.coupling},
+                            {"valid_ppl", summary.valid.perplexity},
+                            {"test_ppl", summary.test.perplexity},
+                            {"valid", evaluation_json(summary.valid)},
+                            {"test", evaluation_json(summary.test)},
+                            {"config_hash", hash}};
+  if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
+  write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
+}
+
 }  // namespace
 
 int exit_code(TrainOutcome outcome) {
@@ -221,19 +265,9 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   TrainingState state;
   state.config_hash = hash;
   if (options.resume) {
-    auto checkpoints = list_checkpoints(run_dir);
-    if (checkpoints.empty()) throw std::runtime_error(run_dir + ": no checkpoint to resume from");
-    // Newest first; a corrupt newest file falls back to the one before it.
-    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
-      try {
-        state = load_checkpoint(*it, *model, *optimizer, hash);
-        info("resumed from " + *it + " at step " + std::to_string(state.step));
-        break;
-      } catch (const std::runtime_error& e) {
-        if (std::next(it) == checkpoints.rend()) throw;
-        log::warn(std::string(e.what()) + "; trying the previous checkpoint");
-      }
-    }
+    std::string checkpoint;
+    std::tie(state, checkpoint) = resume_from_checkpoints(run_dir, model, *optimizer, hash);
+    info("resumed from " + checkpoint + " at step " + std::to_string(state.step));
     source->seek_train(state.data_position);
   }
   dist.broadcast_parameters(*model);
@@ -312,14 +346,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
       const auto valid =
           evaluate_split(dist, model, *source, Split::Valid, config.train.eval_batches, device, tables);
-      std::vector<CouplingDiagnostics> coupling;
-      if (dist.is_main()) {
-        auto line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
-        line.update(flat_evaluation_json("valid_", valid));
-        coupling = coupling_batch();
-        if (!coupling.empty()) line["coupling"] = coupling_json(coupling);
-        append_line(metrics_path, line.dump());
-      }
+      const auto coupling = dist.is_main() ? coupling_batch() : std::vector<CouplingDiagnostics>{};
+      if (dist.is_main()) log_evaluation(metrics_path, state, valid, coupling);
       progress.finish();
       info("step " + std::to_string(state.step) + " valid " + describe(valid));
       if (!coupling.empty()) info("step " + std::to_string(state.step) + " " + describe(coupling));
@@ -349,19 +377,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   if (!dist.is_main()) return summary;  // rank 0 writes the results
   save_weights_for_python((fs::path(run_dir) / "model.pt").string(), *model);
   const auto coupling = coupling_batch();
-  nlohmann::json results = {{"name", config.run.name},
-                                  {"seed", config.run.seed},
-                                  {"steps", state.step},
-                                  {"tokens", state.tokens},
-                                  {"params", breakdown.total()},
-                                  {"coupling_params", breakdown.coupling},
-                                  {"valid_ppl", summary.valid.perplexity},
-                                  {"test_ppl", summary.test.perplexity},
-                                  {"valid", evaluation_json(summary.valid)},
-                                  {"test", evaluation_json(summary.test)},
-                                  {"config_hash", hash}};
-  if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
-  write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
+  write_results(run_dir, config, state, breakdown, summary, coupling, hash);
   log::info("finished: valid " + describe(summary.valid));
   log::info("finished: test " + describe(summary.test));
   if (!coupling.empty()) log::info("finished: " + describe(coupling));
