@@ -62,14 +62,12 @@ at::Tensor MLPImpl::forward(const at::Tensor& x) {
   return down(at::gelu(up(x)));
 }
 
-namespace {
-int64_t mlp_hidden(const ModelConfig& config) {
+int64_t mlp_hidden_size(const ModelConfig& config) {
   if (config.mlp_hidden > 0) return config.mlp_hidden;
   if (config.mlp == "gelu") return 4 * config.width;
   // SwiGLU keeps the parameter count of a 4x GELU MLP with 2/3 of the width, rounded up to 64.
   return (8 * config.width / 3 + 63) / 64 * 64;
 }
-}  // namespace
 
 BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer) {
   if (config.mlp != "gelu" && config.mlp != "swiglu")
@@ -77,7 +75,7 @@ BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer) {
   attention_norm = register_module("attention_norm", RMSNorm(config.width, config.norm_eps));
   attention = register_module("attention", Attention(attention_options(config, layer)));
   mlp_norm = register_module("mlp_norm", RMSNorm(config.width, config.norm_eps));
-  mlp = register_module("mlp", MLP(config.width, mlp_hidden(config), config.mlp == "swiglu"));
+  mlp = register_module("mlp", MLP(config.width, mlp_hidden_size(config), config.mlp == "swiglu"));
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x) {

@@ -45,12 +45,6 @@ std::pair<int64_t, int64_t> attention_count(const AttentionOptions& options) {
 
 }  // namespace
 
-int64_t mlp_hidden_size(const ModelConfig& config) {
-  if (config.mlp_hidden > 0) return config.mlp_hidden;
-  if (config.mlp == "gelu") return 4 * config.width;
-  return (8 * config.width / 3 + 63) / 64 * 64;
-}
-
 ParameterBreakdown parameter_breakdown(const ModelConfig& config) {
   require(config.vocab_size >= 2, "model.vocab_size must be at least 2 (0 means 'from the data': set it to count)");
   require(config.layers >= 1, "model.layers must be at least 1");

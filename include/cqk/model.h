@@ -15,6 +15,10 @@
 
 namespace cqk {
 
+// The MLP hidden size: model.mlp_hidden, or by default 4*width for GELU and
+// 8/3*width rounded up to a multiple of 64 for SwiGLU.
+int64_t mlp_hidden_size(const ModelConfig& config);
+
 // The attention options of layer `layer` (MTA only on its chosen layers).
 AttentionOptions attention_options(const ModelConfig& config, int64_t layer);
 // The first shape rule (attention_shape_problem) a layer of `config` breaks, or nullopt.

@@ -27,8 +27,4 @@ ParameterBreakdown parameter_breakdown(const ModelConfig& config);
 // parameter_breakdown(config).total().
 int64_t count_parameters(const ModelConfig& config);
 
-// The MLP hidden size the model uses: model.mlp_hidden, or by default 4*width
-// for GELU and 8/3*width rounded up to a multiple of 64 for SwiGLU.
-int64_t mlp_hidden_size(const ModelConfig& config);
-
 }  // namespace cqk

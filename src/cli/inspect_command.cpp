@@ -91,7 +91,7 @@ void print_summary(const Config& config, const std::string& source) {
   const auto& m = config.model;
   TransformerLM model(m);  // on the CPU, fp32
   const auto counts = model->parameter_breakdown();
-  const int64_t mlp_hidden = model->blocks[0]->as<Block>()->mlp->up->weight.size(0);
+  const int64_t mlp_hidden = mlp_hidden_size(m);
   const int64_t kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
 
   std::string attention = m.attention.kind;
