@@ -174,6 +174,11 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::coupling_inputs(const at::Tenso
   return {by_pair(q).reshape(shape), by_pair(k).reshape(shape)};
 }
 
+std::vector<at::Tensor> AttentionImpl::identity_initialised_parameters() const {
+  if (options_.kind() != AttentionKind::MultiToken) return {};
+  return {mta_kernel, mta_mixing};
+}
+
 ops::BeforeScoring AttentionImpl::before_scoring() const {
   ops::BeforeScoring before;
   if (options_.rope()) before.rope_base = options_.rope_base();

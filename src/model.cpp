@@ -135,6 +135,15 @@ at::Tensor TransformerLMImpl::loss(const at::Tensor& tokens, const at::Tensor& t
                               /*ignore_index=*/-1);
 }
 
+std::vector<at::Tensor> TransformerLMImpl::identity_initialised_parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& block : *blocks) {
+    const auto layer = block->as<Block>()->attention->identity_initialised_parameters();
+    out.insert(out.end(), layer.begin(), layer.end());
+  }
+  return out;
+}
+
 ParameterBreakdown TransformerLMImpl::parameter_breakdown() const {
   ParameterBreakdown counts;
   for (const auto& item : named_parameters()) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -67,11 +68,14 @@ std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConf
     std::vector<at::Tensor> params;
   };
   std::vector<Group> groups{{true, 1.0, {}}, {false, 1.0, {}}};
+  std::set<const void*> identity_initialised;
+  for (const auto& p : model->identity_initialised_parameters()) identity_initialised.insert(p.unsafeGetTensorImpl());
   for (const auto& item : model->named_parameters()) {
     const auto& name = item.key();
     const bool embedding = name.rfind("embedding.", 0) == 0;
     const bool coupling = name.find(".coupling.") != std::string::npos;
-    const bool matrix = item.value().dim() >= 2 && !embedding && name.find("mta_") == std::string::npos;
+    const bool matrix = item.value().dim() >= 2 && !embedding &&
+                        identity_initialised.count(item.value().unsafeGetTensorImpl()) == 0;
     const bool decayed = (!coupling || train.decay_coupling) &&
                          (matrix || (embedding && train.decay_embeddings) ||
                           (!matrix && !embedding && train.decay_norms_and_biases));

@@ -375,6 +375,36 @@ TEST(Trainer, CouplingParametersTakeTheirOwnLearningRateScaleAndDecay) {
   EXPECT_DOUBLE_EQ(options(*optimizer, 2).lr(), 5.0);
 }
 
+// MTA's identity-initialised kernel and mixing are decayed as norms and biases
+// are (not by default), never as the weight matrices around them.
+TEST(Trainer, IdentityInitialisedParametersAreNotDecayedAsMatrices) {
+  for (const bool decay_vectors : {false, true}) {
+    const auto config = tiny_run_config({"model.attention.kind=mta", "model.attention.mta.every=1",
+                                         "model.vocab_size=32",
+                                         std::string("train.decay_norms_and_biases=") + (decay_vectors ? "true" : "false")});
+    cqk::TransformerLM model(config.model);
+    const auto optimizer = cqk::make_optimizer(model, config.train);
+    const auto decayed = [&](const at::Tensor& p) {
+      for (const auto& group : optimizer->param_groups())
+        for (const auto& q : group.params())
+          if (q.is_same(p))
+            return static_cast<const torch::optim::AdamWOptions&>(group.options()).weight_decay() > 0;
+      ADD_FAILURE() << "parameter in no group";
+      return false;
+    };
+    int identity = 0;
+    for (const auto& item : model->named_parameters()) {
+      if (item.key().find("mta_") != std::string::npos) {
+        EXPECT_EQ(decayed(item.value()), decay_vectors) << item.key();
+        ++identity;
+      } else if (item.key().find("q_proj.weight") != std::string::npos) {
+        EXPECT_TRUE(decayed(item.value())) << item.key();
+      }
+    }
+    EXPECT_EQ(identity, 2 * config.model.layers);  // kernel and mixing per layer
+  }
+}
+
 // Evaluating a run reads its checkpoints against the hash of config.yaml as
 // written, which is the hash the trainer gave them: so a newer cqk with more
 // keys (and so a different to_yaml) still loads older runs.

@@ -103,6 +103,10 @@ class AttentionImpl : public torch::nn::Module {
   const AttentionOptions& options() const { return options_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t coupling_parameter_count() const { return coupling_->parameter_count(); }
+  // Parameters that start at the identity (MTA's kernel and mixing): weight
+  // decay would pull them toward zero, so the optimizer treats them as it
+  // treats norms and biases, never as weight matrices.
+  std::vector<at::Tensor> identity_initialised_parameters() const;
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
   QKCoupling coupling_{nullptr};

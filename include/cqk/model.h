@@ -62,6 +62,8 @@ class TransformerLMImpl : public torch::nn::Module {
   at::Tensor final_hidden(const at::Tensor& tokens);
 
   ParameterBreakdown parameter_breakdown() const;
+  // Every layer's AttentionImpl::identity_initialised_parameters.
+  std::vector<at::Tensor> identity_initialised_parameters() const;
   // Training FLOPs per token: 6 per parameter (forward and backward) plus the
   // attention scores, 12 * layers * width * seq_len (as in the PaLM appendix).
   double flops_per_token(int64_t seq_len) const;
