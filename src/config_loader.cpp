@@ -3,6 +3,7 @@
 // suggestions all walk the same table, bound to the Config at hand.
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
+#include "model_config_json.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -597,6 +598,29 @@ Config default_config(const std::vector<std::string>& overrides) {
 }
 
 void validate(const Config& config) { check(config, "<resolved config>"); }
+
+namespace {
+nlohmann::json section_json(const Field& section) {
+  auto out = nlohmann::json::object();
+  for (const Field& f : section.children) {
+    if (f.is_section()) {
+      out[f.name] = section_json(f);
+      continue;
+    }
+    std::visit(
+        [&](auto member) {
+          if constexpr (!std::is_same_v<decltype(member), std::monostate>) out[f.name] = *member;
+        },
+        f.leaf);
+  }
+  return out;
+}
+}  // namespace
+
+nlohmann::json model_config_json(const ModelConfig& model) {
+  ModelConfig copy = model;
+  return section_json(section("model", describe(copy)));
+}
 
 std::string to_yaml(const Config& config) {
   Config copy = config;
