@@ -23,11 +23,11 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out.flush()) throw std::runtime_error("cannot write " + path.string());
 }
 
-nlohmann::json hf_config(const TransformerLM& model, const Config& config, bool with_tokenizer,
+nlohmann::json hf_config(const Config& config, bool with_tokenizer,
                          const HfExportSource& source) {
   auto json = model_config_json(config.model);
-  // The MLP's width as trained (model.mlp_hidden 0 means "derived from the width").
-  json["mlp_hidden"] = model->named_parameters().find("blocks.0.mlp.down.weight")->size(1);
+  // The MLP's width as built (model.mlp_hidden 0 means "derived from the width").
+  json["mlp_hidden"] = mlp_hidden_size(config.model);
   json["model_type"] = "cqk";
   json["architectures"] = {"CqkForCausalLM"};
   json["auto_map"] = {{"AutoConfig", "configuration_cqk.CqkConfig"},
@@ -62,7 +62,7 @@ void write_folder(TransformerLM& model, const Config& config, const std::optiona
   for (const auto& item : model->named_parameters()) tensors.emplace_back(item.key(), item.value().to(at::kFloat));
   for (const auto& item : model->named_buffers()) tensors.emplace_back(item.key(), item.value());
   save_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_text(dir / "config.json", hf_config(model, config, tokenizer_path.has_value(), source).dump(2) + "\n");
+  write_text(dir / "config.json", hf_config(config, tokenizer_path.has_value(), source).dump(2) + "\n");
   for (std::size_t i = 0; i < embedded::kHfModelCodeCount; ++i) {
     const auto& file = embedded::kHfModelCode[i];
     const bool tokenizer_code = std::string(file.name) == "tokenization_cqk.py";
