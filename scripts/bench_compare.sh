@@ -29,8 +29,9 @@
 #
 #   scripts/bench_compare.sh -t 2 -p configs/bench/tiny-vanilla.yaml:configs/bench/tiny.yaml
 #
-# That example takes about 4 minutes on an idle 2-core machine (cold inductor
-# cache: +2 minutes); each 20M config adds about 6 minutes, plus waits for idle.
+# Wall time with the defaults on a 2-core AMD EPYC, 2 threads (2026-12-04):
+# that example about 6 minutes (1 a round, 1 for the checks and compiles); the
+# 20M pair adds about 18 (3.5 a round); waits for idle come on top.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
