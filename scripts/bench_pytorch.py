@@ -14,6 +14,11 @@ clipping and the same thread count. Every attention and coupling kind.
   bench_pytorch.py --config /tmp/d/config.json
   # does it compute the same function? Loss of the dumped weights on the dumped batch:
   bench_pytorch.py --check-loss /tmp/d          # exit 1 when |loss - cqk's| > --tolerance
+  # the compiled peer: torch.compile of the loss, AdamW(fused=True); the first
+  # step (which compiles forward and backward) is timed apart as compile_s:
+  bench_pytorch.py --dump /tmp/d --compile --fused-adamw [--compile-mode max-autotune-no-cudagraphs]
+  # is the compiled loss cqk's, and are its gradients eager's?
+  bench_pytorch.py --check-loss /tmp/d --compile
   # where does the time go (torch profiler, CPU self time per op):
   bench_pytorch.py --dump /tmp/d --profile 3
 """
@@ -48,8 +53,9 @@ def load_pickled(path):
             return torch.load(path, map_location="cpu")
 
 
-def make_optimizer(model, train):
-    """The trainer's AdamW (src/trainer.cpp make_optimizer): decay on matrices only."""
+def make_optimizer(model, train, fused=False):
+    """The trainer's AdamW (src/trainer.cpp make_optimizer): decay on matrices only.
+    fused: PyTorch's single-kernel AdamW, the optimizer a speed-minded researcher picks."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         embedding = name.startswith("embedding.")
@@ -59,7 +65,15 @@ def make_optimizer(model, train):
         (decay if decayed else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": train["weight_decay"]},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"])
+    return torch.optim.AdamW(groups, lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"],
+                             fused=True if fused else None)
+
+
+def loss_function(model, args):
+    """model.loss, or torch.compile of it (inductor; mode None is torch's default)."""
+    if not args.compile:
+        return model.loss
+    return torch.compile(model.loss, mode=None if args.compile_mode == "default" else args.compile_mode)
 
 
 # --- the benchmark ----------------------------------------------------------------
@@ -185,6 +199,16 @@ def read_config(args):
     return config
 
 
+def loss_and_grads(model, loss_fn, inputs, targets):
+    """The loss and every parameter's gradient (zeros where a parameter gets none)."""
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn(inputs, targets)
+    loss.backward()
+    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return loss.item(), grads
+
+
 def check_loss(args, config):
     torch.manual_seed(config["run"]["seed"])
     model = TransformerLM(config["model"])
@@ -199,11 +223,26 @@ def check_loss(args, config):
     with open(os.path.join(args.check_loss, "reference.json")) as f:
         reference = json.load(f)
     model.train()
-    with torch.no_grad():
-        loss = model.loss(batch["inputs"], batch["targets"]).item()
+    inputs, targets = batch["inputs"], batch["targets"]
+    compiled = {}
+    if args.compile:
+        # With gradients, so the checked graph is the one the benchmark runs (forward and backward).
+        eager_loss, eager_grads = loss_and_grads(model, model.loss, inputs, targets)
+        loss, grads = loss_and_grads(model, loss_function(model, args), inputs, targets)
+        scale = max(max(g.abs().max().item() for g in eager_grads), 1e-30)
+        grad_diff = max((a - b).abs().max().item() for a, b in zip(grads, eager_grads)) / scale
+        compiled = {"compile_mode": args.compile_mode, "loss_eager": eager_loss,
+                    "compiled_vs_eager_abs_diff": abs(loss - eager_loss),
+                    "grad_max_rel_diff": grad_diff, "grad_tolerance": args.grad_tolerance}
+    else:
+        with torch.no_grad():
+            loss = model.loss(inputs, targets).item()
+    with open(os.path.join(args.check_loss, "reference.json")) as f:
+        reference = json.load(f)
     diff = abs(loss - reference["loss"])
+    ok = diff <= args.tolerance and compiled.get("grad_max_rel_diff", 0.0) <= args.grad_tolerance
     out = {"loss_pytorch": loss, "loss_cqk": reference["loss"], "abs_diff": diff, "tolerance": args.tolerance,
-           "ok": diff <= args.tolerance, "after_steps": reference.get("after_steps"), "tensors": len(weights)}
+           "ok": ok, "after_steps": reference.get("after_steps"), "tensors": len(weights), **compiled}
     if reference.get("after_steps") == 0:
         # The same seed and the same draws in the same order should give the same initial weights.
         out["init_max_abs_diff"] = max((own_init[k] - weights[k]).abs().max().item() for k in weights)
@@ -230,7 +269,8 @@ def bench(args, config):
         targets = torch.randint(0, model_cfg["vocab_size"], shape, generator=g)
     model.to(device)
     model.train()
-    optimizer = make_optimizer(model, train)
+    optimizer = make_optimizer(model, train, fused=args.fused_adamw)
+    loss_fn = loss_function(model, args)
     params = list(model.parameters())
     accum = train["grad_accum"]
     max_norm = train["grad_clip"] if train["grad_clip"] > 0 else sys.float_info.max
@@ -241,7 +281,7 @@ def bench(args, config):
         loss_value = 0.0
         for _ in range(accum):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = model.loss(inputs.to(device), targets.to(device)) / accum
+                loss = loss_fn(inputs.to(device), targets.to(device)) / accum
             loss.backward()
             loss_value += loss.item()
         torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -250,6 +290,11 @@ def bench(args, config):
             torch.cuda.synchronize(device)
         return loss_value
 
+    compile_s = None
+    if args.compile:  # one step apart: the first call compiles the forward, the first backward the backward
+        start = time.perf_counter()
+        step()
+        compile_s = time.perf_counter() - start
     for _ in range(args.warmup):
         step()
     if args.profile:
@@ -285,6 +330,9 @@ def bench(args, config):
         "dtype": "bf16" if bf16 else "fp32",
         "threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
+        "compile_mode": args.compile_mode if args.compile else None,
+        "compile_s": compile_s,  # the first step, compile included; not in the timed steps
+        "fused_adamw": args.fused_adamw,
         "params": sum(p.numel() for p in params),
         "tokens_per_step": tokens_per_step,
         "warmup": args.warmup,
@@ -306,7 +354,11 @@ def bench(args, config):
     else:
         ms = 1e3
         print(f"pytorch {result['name']}: {result['device']} ({result['device_name']}), {result['dtype']}, "
-              f"{result['threads']} threads, torch {result['torch_version']}")
+              f"{result['threads']} threads, torch {result['torch_version']}, "
+              f"{'torch.compile (' + args.compile_mode + ')' if args.compile else 'eager'}, "
+              f"{'fused ' if args.fused_adamw else ''}AdamW")
+        if compile_s is not None:
+            print(f"compile     {compile_s:.1f} s (first step, not timed)")
         print(f"params {result['params'] / 1e6:.3f}M | {tokens_per_step} tokens/step | "
               f"{args.warmup} warm-up + {args.steps} timed steps")
         print(f"step time   median {s['median'] * ms:.2f} ms | min {s['min'] * ms:.2f} | max {s['max'] * ms:.2f} | "
@@ -327,6 +379,12 @@ def main():
     parser.add_argument("--check-loss", metavar="DIR", help="compare the loss of the dump's weights on its batch "
                         "with cqk's (reference.json); exit 1 when they differ by more than --tolerance")
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--grad-tolerance", type=float, default=1e-4, help="with --check-loss --compile: "
+                        "largest |compiled - eager| gradient entry, relative to the largest eager one")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the loss (forward and backward)")
+    parser.add_argument("--compile-mode", choices=("default", "max-autotune-no-cudagraphs"), default=None,
+                        help="torch.compile mode (default: default)")
+    parser.add_argument("--fused-adamw", action="store_true", help="torch.optim.AdamW(fused=True)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: $CQK_NUM_THREADS, "
                         "train.threads, or all available cores, as cqk)")
     parser.add_argument("--warmup", type=int, default=3)
@@ -338,6 +396,9 @@ def main():
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("bench_pytorch.py: --steps must be >= 1 and --warmup >= 0")
+    if args.compile_mode and not args.compile:
+        raise SystemExit("bench_pytorch.py: --compile-mode needs --compile")
+    args.compile_mode = args.compile_mode or "default"
     config = read_config(args)
     if args.check_loss:
         torch.set_num_threads(choose_threads(args.threads, config["train"].get("threads", 0)))
