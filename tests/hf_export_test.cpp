@@ -199,6 +199,33 @@ TEST_F(HfExport, LmEvalScoresALocalTask) {
 }
 
 // A bad run folder: one error line, a non-zero exit, and no output folder.
+// README.md's transformers block as printed, on a text run exported where it
+// looks (exports/150m-diff): it prints what `cqk generate --temperature 0` prints.
+TEST_F(HfExport, ReadmeBlockRunsAsPrinted) {
+  const std::string missing = python_missing("transformers, safetensors, sentencepiece");
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  const std::string code = cqk::testing::readme_block("### Hugging Face: transformers and lm-eval", "python");
+  ASSERT_NE(code.find("exports/150m-diff"), std::string::npos) << code;
+  ASSERT_NE(code.find("max_new_tokens=40"), std::string::npos) << code;
+  const std::string run = train("text-run", "");
+  ASSERT_EQ(run_command("mkdir -p " + (dir_ / "exports")).exit_code, 0);
+  const auto exported = tool("export " + run + " --out " + (dir_ / "exports/150m-diff"), dir_ / "stderr.txt");
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  write_file(dir_ / "readme.py", code);
+  const auto python = run_command("cd " + shell_quote(dir_.path()) + " && " + shell_quote(CQK_PYTHON) + " readme.py",
+                                  dir_ / "python-stderr.txt");
+  ASSERT_EQ(python.exit_code, 0) << code << python.err;
+  const auto cqk = tool("generate " + run + " --prompt 'The president said' --tokens 40 --temperature 0",
+                        dir_ / "stderr.txt");
+  ASSERT_EQ(cqk.exit_code, 0) << cqk.err;
+  const auto trimmed = [](std::string text) {
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+  };
+  EXPECT_FALSE(trimmed(cqk.out).empty());
+  EXPECT_EQ(trimmed(python.out), trimmed(cqk.out));
+}
+
 TEST_F(HfExport, BadRunFolderWritesNothing) {
   const std::string run = train("run", "");
   int refusals = 0;

@@ -13,22 +13,11 @@
 namespace {
 
 using cqk::testing::read_file;
+using cqk::testing::readme_block;
 using cqk::testing::run_command;
 using cqk::testing::shell_quote;
 using cqk::testing::TempDir;
 using cqk::testing::write_file;
-
-// The code of the first ```language block after the line `heading` of README.md ("" if none).
-std::string readme_block(const std::string& heading, const std::string& language) {
-  const std::string readme = read_file(std::string(CQK_SOURCE_DIR) + "/README.md");
-  const size_t section = readme.find("\n" + heading + "\n");
-  const std::string fence = "\n```" + language + "\n";
-  const size_t begin = section == std::string::npos ? section : readme.find(fence, section);
-  if (begin == std::string::npos) return "";
-  const size_t code = begin + fence.size();
-  const size_t end = readme.find("\n```", code);
-  return end == std::string::npos ? "" : readme.substr(code, end + 1 - code);
-}
 
 TEST(Readme, PythonBlockReadsATrainedModelAsPrinted) {
   const std::string python = CQK_PYTHON;

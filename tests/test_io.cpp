@@ -16,6 +16,17 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+std::string readme_block(const std::string& heading, const std::string& language) {
+  const std::string readme = read_file(std::string(CQK_SOURCE_DIR) + "/README.md");
+  const size_t section = readme.find("\n" + heading + "\n");
+  const std::string fence = "\n```" + language + "\n";
+  const size_t begin = section == std::string::npos ? section : readme.find(fence, section);
+  if (begin == std::string::npos) return "";
+  const size_t code = begin + fence.size();
+  const size_t end = readme.find("\n```", code);
+  return end == std::string::npos ? "" : readme.substr(code, end + 1 - code);
+}
+
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;

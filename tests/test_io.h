@@ -15,6 +15,8 @@ void write_file(const std::string& path, const std::string& bytes);
 std::vector<std::string> folder_entries(const std::string& folder);
 // `text` as one single-quoted shell word.
 std::string shell_quote(const std::string& text);
+// The code of the first ```language block after the line `heading` of README.md ("" if none).
+std::string readme_block(const std::string& heading, const std::string& language);
 
 // The distinct files this process has mapped (/proc/self/maps) whose path
 // contains `name`: how many copies of a shared library are loaded.
