@@ -3,7 +3,7 @@
 // causal softmax attention whose q and k tiles are coupled (every affine step of
 // the coupling, then RoPE when given) as they are loaded, so the coupled q and
 // k never reach global memory. Raw pointers only, like fused_coupling.h; the
-// torch side is src/fused_attention.cpp.
+// torch side is src/ops/fused_attention.cpp.
 //
 // One launch runs `pairs` (q, k) maps per value head that all read the head's
 // one v: pairs = 1 is vanilla attention, pairs = 2 differential attention's

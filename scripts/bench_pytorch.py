@@ -54,7 +54,7 @@ def load_pickled(path):
 
 
 def make_optimizer(model, train, fused=False):
-    """The trainer's AdamW (src/trainer.cpp make_optimizer): decay on matrices only.
+    """The trainer's AdamW (src/train/trainer.cpp make_optimizer): decay on matrices only.
     fused: PyTorch's single-kernel AdamW, the optimizer a speed-minded researcher picks."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():

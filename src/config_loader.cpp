@@ -3,7 +3,7 @@
 // suggestions all walk the same table, bound to the Config at hand.
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
-#include "model_config_json.h"
+#include "export/model_config_json.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "cpu_coupling.h"
+#include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
-#include "kernel_arguments.h"
+#include "ops/kernel_arguments.h"
 #include "simd/simd_variants.h"
 #include "test_io.h"
 #include "tools/tensor_compare.h"

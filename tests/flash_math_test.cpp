@@ -407,7 +407,7 @@ TEST(FlashMathRope, ChannelRotationMatchesApplyRopeAndItsTranspose) {
   double lhs = 0, rhs = 0;
   for (int c = 0; c < D; ++c) {
     const int i = c % Half;
-    // As src/fused_attention.cpp's tables: t * base^(-2i/D) in float64, then float.
+    // As src/ops/fused_attention.cpp's tables: t * base^(-2i/D) in float64, then float.
     const double angle = static_cast<double>(kPosition) * std::pow(base, -2.0 * i / D);
     const float cos_a = static_cast<float>(std::cos(angle)), sin_a = static_cast<float>(std::sin(angle));
     const bool upper = c >= Half;

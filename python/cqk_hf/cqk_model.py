@@ -10,7 +10,7 @@ train`) and by the Hugging Face model class next to it (modeling_cqk.py), which
 section (include/cqk/config.h): width, layers, heads, kv_heads, mlp,
 mlp_hidden, rope_base, init_std, norm_eps, vocab_size and
 attention {kind, coupling {...}, mta {...}}.
-Sources: src/model.cpp, attention.cpp, coupling.cpp, headwise_mlp.cpp,
+Sources: src/model/model.cpp, attention.cpp, coupling.cpp, headwise_mlp.cpp,
 rms_norm.cpp, rope.cpp.
 """
 import math
@@ -77,7 +77,7 @@ class HeadwiseMLP(nn.Module):
 
 def coupling_hidden_width(kind, groups, head_dim, hidden, steps):
     """Hidden width of the kind's MLPs: `hidden` for affine; for the controls the
-    width whose parameter count is closest to affine's (src/coupling.cpp)."""
+    width whose parameter count is closest to affine's (src/model/coupling.cpp)."""
     d, g = head_dim, groups
     count = HeadwiseMLP.parameter_count
     widths = {

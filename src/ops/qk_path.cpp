@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
-#include "cpu_coupling.h"
+#include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"

@@ -4,7 +4,7 @@
 // (see src/simd/CMakeLists.txt), so torch's inline code must never be compiled
 // here. The arguments are those of the CUDA launchers (kernels/coupling_kernels.h:
 // CouplingShape, AffineCouplingParams, AffineCouplingGrads, RowStrides), which
-// src/kernel_arguments.h makes from tensors. The math is that of
+// src/ops/kernel_arguments.h makes from tensors. The math is that of
 // kernels/coupling_math.cuh and QKCoupling::transform:
 //   step i (even: k from q, odd: q from k), x the conditioning vector, y the updated one,
 //   a = W1 x + b1, h = silu(a), s = c tanh((W2s h + b2s) / c), t = W2t h + b2t, y <- y exp(s) + t.

@@ -18,9 +18,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
 
-#include "coupling_autograd.h"
+#include "ops/coupling_autograd.h"
 #include "attention_kernels.h"  // kernels/: the launchers
-#include "kernel_arguments.h"
+#include "ops/kernel_arguments.h"
 #endif
 
 namespace cqk {

@@ -30,7 +30,7 @@
 #include "cqk/runtime.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
-#include "model_config_json.h"
+#include "export/model_config_json.h"
 
 #ifdef CQK_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cpu_coupling.h"
+#include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
 #include "simd/simd_variants.h"

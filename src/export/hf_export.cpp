@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "cqk/safetensors.h"
-#include "hf_model_code.h"
-#include "model_config_json.h"
+#include "export/hf_model_code.h"
+#include "export/model_config_json.h"
 
 namespace cqk {
 

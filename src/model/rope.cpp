@@ -4,7 +4,7 @@
 #include <torch/autograd.h>
 
 #include "cqk/runtime.h"
-#include "kernel_arguments.h"
+#include "ops/kernel_arguments.h"
 #include "simd/rope_cpu.h"
 
 namespace cqk {

@@ -1,4 +1,4 @@
-#include "kernel_arguments.h"
+#include "ops/kernel_arguments.h"
 
 #include <ATen/ATen.h>
 #ifdef CQK_WITH_CUDA

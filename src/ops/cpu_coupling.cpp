@@ -1,4 +1,4 @@
-#include "cpu_coupling.h"
+#include "ops/cpu_coupling.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "coupling_autograd.h"
+#include "ops/coupling_autograd.h"
 #include "cqk/coupling.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
-#include "kernel_arguments.h"
+#include "ops/kernel_arguments.h"
 #include "simd/affine_coupling_cpu.h"
 
 namespace cqk {
