@@ -8,13 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "model/kind_table.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
 
 namespace {
 
-const std::pair<AttentionKind, const char*> kKindNames[] = {{AttentionKind::Vanilla, "vanilla"},
+const KindTable<AttentionKind, 4> kKindNames = {{AttentionKind::Vanilla, "vanilla"},
                                                             {AttentionKind::Differential, "diff"},
                                                             {AttentionKind::QKNorm, "qknorm"},
                                                             {AttentionKind::MultiToken, "mta"}};
@@ -36,26 +37,13 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }  // namespace
 
 const std::vector<std::string>& attention_kind_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& [kind, text] : kKindNames) out.emplace_back(text);
-    return out;
-  }();
+  static const std::vector<std::string> names = kind_names(kKindNames);
   return names;
 }
 
-AttentionKind parse_attention_kind(const std::string& name) {
-  for (const auto& [kind, text] : kKindNames)
-    if (name == text) return kind;
-  throw std::invalid_argument("unknown attention kind '" + name + "' (expected " +
-                              c10::Join("|", attention_kind_names()) + ")");
-}
+AttentionKind parse_attention_kind(const std::string& name) { return parse_kind(kKindNames, name, "attention kind"); }
 
-std::string to_string(AttentionKind kind) {
-  for (const auto& [k, text] : kKindNames)
-    if (k == kind) return text;
-  return "?";
-}
+std::string to_string(AttentionKind kind) { return kind_name(kKindNames, kind); }
 
 double differential_lambda_init(int64_t layer_index) {
   return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer_index));

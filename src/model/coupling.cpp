@@ -3,16 +3,20 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/kind_table.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
 
 namespace {
 
-const std::pair<CouplingKind, const char*> kKindNames[] = {
+const KindTable<CouplingKind, 5> kKindNames = {
     {CouplingKind::None, "none"},           {CouplingKind::Affine, "affine"},
     {CouplingKind::NonInvertible, "noninvertible"}, {CouplingKind::Uncoupled, "uncoupled"},
     {CouplingKind::Dynamics, "dynamics"}};
+
+const KindTable<Integrator, 2> kIntegratorNames = {{Integrator::Euler, "euler"},
+                                                    {Integrator::Symplectic, "symplectic"}};
 
 int64_t groups(const CouplingOptions& o) { return o.shared_across_heads() ? 1 : o.num_heads(); }
 
@@ -39,36 +43,17 @@ std::pair<at::Tensor, at::Tensor> scale_and_shift(const at::Tensor& conditioner_
 }  // namespace
 
 const std::vector<std::string>& coupling_kind_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& [kind, text] : kKindNames) out.emplace_back(text);
-    return out;
-  }();
+  static const std::vector<std::string> names = kind_names(kKindNames);
   return names;
 }
 
-CouplingKind parse_coupling_kind(const std::string& name) {
-  for (const auto& [kind, text] : kKindNames)
-    if (name == text) return kind;
-  throw std::invalid_argument("unknown coupling kind '" + name + "' (expected " + c10::Join("|", coupling_kind_names()) +
-                              ")");
-}
+CouplingKind parse_coupling_kind(const std::string& name) { return parse_kind(kKindNames, name, "coupling kind"); }
 
-std::string to_string(CouplingKind kind) {
-  for (const auto& [k, text] : kKindNames)
-    if (k == kind) return text;
-  return "?";
-}
+std::string to_string(CouplingKind kind) { return kind_name(kKindNames, kind); }
 
-Integrator parse_integrator(const std::string& name) {
-  if (name == "euler") return Integrator::Euler;
-  if (name == "symplectic") return Integrator::Symplectic;
-  throw std::invalid_argument("unknown integrator '" + name + "' (expected euler|symplectic)");
-}
+Integrator parse_integrator(const std::string& name) { return parse_kind(kIntegratorNames, name, "integrator"); }
 
-std::string to_string(Integrator integrator) {
-  return integrator == Integrator::Euler ? "euler" : "symplectic";
-}
+std::string to_string(Integrator integrator) { return kind_name(kIntegratorNames, integrator); }
 
 bool is_invertible(const CouplingOptions& o) {
   switch (o.kind()) {

@@ -1,0 +1,40 @@
+#pragma once
+// An enum's config names as one table (attention.cpp, coupling.cpp): the list
+// of names, parsing and printing all read it, so a new kind is one entry.
+#include <c10/util/StringUtil.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cqk {
+
+template <class Kind, std::size_t N>
+using KindTable = std::pair<Kind, const char*>[N];
+
+template <class Kind, std::size_t N>
+std::vector<std::string> kind_names(const KindTable<Kind, N>& table) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.emplace_back(entry.second);
+  return names;
+}
+
+// The kind named `name`; throws std::invalid_argument "unknown WHAT 'name' (expected a|b|...)".
+template <class Kind, std::size_t N>
+Kind parse_kind(const KindTable<Kind, N>& table, const std::string& name, const std::string& what) {
+  for (const auto& [kind, text] : table)
+    if (name == text) return kind;
+  throw std::invalid_argument("unknown " + what + " '" + name + "' (expected " + c10::Join("|", kind_names(table)) +
+                              ")");
+}
+
+template <class Kind, std::size_t N>
+std::string kind_name(const KindTable<Kind, N>& table, Kind kind) {
+  for (const auto& [k, text] : table)
+    if (k == kind) return text;
+  return "?";
+}
+
+}  // namespace cqk
