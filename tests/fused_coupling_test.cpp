@@ -1,6 +1,6 @@
 // GPU tests of the fused affine coupling (kernels/coupling_kernels.cu) and of the
 // flash coupled attention (kernels/attention_kernels.cu) against the ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs them on
-// a GPU machine. The checks themselves live in kernels/tools/fused_check.h,
+// a GPU machine. The checks themselves live in tools/fused_check.h,
 // shared with `cqk_kernel_bench --check` (gpu_check.sh's fallback when the full
 // build cannot be configured there).
 #include <gtest/gtest.h>

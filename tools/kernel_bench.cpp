@@ -2,7 +2,7 @@
 // the flash coupled attention.
 //
 //   cqk_kernel_bench --check [--quick] the checks of tests/fused_coupling_test.cpp
-//                                      (kernels/tools/fused_check.h); exit 1 on failure;
+//                                      (tools/fused_check.h); exit 1 on failure;
 //                                      --quick: the small cases only (for compute-sanitizer)
 //   cqk_kernel_bench --bench [options] forward and forward+backward timings, a markdown table:
 //       --times 512,1024,2048 --batch 8 --heads 12 --dim 64 --hidden 8 --steps 2
