@@ -30,6 +30,9 @@ struct CouplingDiagnostics {
 // them), computed in float32 without autograd.
 CouplingDiagnostics coupling_diagnostics(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k);
 
+// The layers' mean of each diagnostic (a metric no layer has stays left out).
+CouplingDiagnostics mean_over_layers(const std::vector<CouplingDiagnostics>& layers);
+
 // One entry per layer of `model` on the batch `tokens` ([batch, time] int64,
 // on the model's device); empty when the model has no coupling.
 std::vector<CouplingDiagnostics> coupling_diagnostics(TransformerLM& model, const at::Tensor& tokens);

@@ -126,19 +126,6 @@ void print_diagnostics_row(const std::string& label, const CouplingDiagnostics& 
 
 const char* kDiagnosticsHeader = "    step  q change  k change  mean |s|   log det\n";
 
-// The layers' mean of each diagnostic (a metric left out stays left out).
-CouplingDiagnostics mean_over_layers(const std::vector<CouplingDiagnostics>& layers) {
-  CouplingDiagnostics mean;
-  const double n = static_cast<double>(layers.size());
-  for (const auto& l : layers) {
-    mean.q_change += l.q_change / n;
-    mean.k_change += l.k_change / n;
-    if (l.mean_abs_log_scale) mean.mean_abs_log_scale = mean.mean_abs_log_scale.value_or(0.0) + *l.mean_abs_log_scale / n;
-    if (l.mean_log_det) mean.mean_log_det = mean.mean_log_det.value_or(0.0) + *l.mean_log_det / n;
-  }
-  return mean;
-}
-
 // The diagnostics logged at each evaluation (metrics.jsonl) and at the end (results.json).
 void print_logged_diagnostics(const fs::path& run_dir) {
   std::cout << "\ncoupling at each evaluation (means over layers, one validation batch):\n" << kDiagnosticsHeader;

@@ -39,6 +39,18 @@ CouplingDiagnostics coupling_diagnostics(const QKCouplingImpl& coupling, const a
   return result;
 }
 
+CouplingDiagnostics mean_over_layers(const std::vector<CouplingDiagnostics>& layers) {
+  CouplingDiagnostics mean;
+  const double n = static_cast<double>(layers.size());
+  for (const auto& l : layers) {
+    mean.q_change += l.q_change / n;
+    mean.k_change += l.k_change / n;
+    if (l.mean_abs_log_scale) mean.mean_abs_log_scale = mean.mean_abs_log_scale.value_or(0.0) + *l.mean_abs_log_scale / n;
+    if (l.mean_log_det) mean.mean_log_det = mean.mean_log_det.value_or(0.0) + *l.mean_log_det / n;
+  }
+  return mean;
+}
+
 std::vector<CouplingDiagnostics> coupling_diagnostics(TransformerLM& model, const at::Tensor& tokens) {
   std::vector<CouplingDiagnostics> layers;
   if (parse_coupling_kind(model->config().attention.coupling.kind) == CouplingKind::None) return layers;

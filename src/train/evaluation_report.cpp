@@ -87,18 +87,11 @@ std::vector<CouplingDiagnostics> coupling_from_json(const nlohmann::json& layers
 
 std::string describe(const std::vector<CouplingDiagnostics>& layers) {
   if (layers.empty()) return "no coupling";
-  double q = 0, k = 0, s = 0, det = 0;
-  for (const auto& l : layers) {
-    q += l.q_change;
-    k += l.k_change;
-    s += l.mean_abs_log_scale.value_or(0.0);
-    det += l.mean_log_det.value_or(0.0);
-  }
-  const double n = static_cast<double>(layers.size());
+  const auto mean = mean_over_layers(layers);
   std::string text = "coupling over " + std::to_string(layers.size()) + " layers: q change " +
-                     number("%.4f", q / n) + " | k change " + number("%.4f", k / n);
-  if (layers.front().mean_abs_log_scale) text += " | mean |s| " + number("%.4f", s / n);
-  if (layers.front().mean_log_det) text += " | log det " + number("%.4f", det / n);
+                     number("%.4f", mean.q_change) + " | k change " + number("%.4f", mean.k_change);
+  if (mean.mean_abs_log_scale) text += " | mean |s| " + number("%.4f", *mean.mean_abs_log_scale);
+  if (mean.mean_log_det) text += " | log det " + number("%.4f", *mean.mean_log_det);
   return text;
 }
 
