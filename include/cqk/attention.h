@@ -30,6 +30,9 @@ enum class AttentionKind {
   MultiToken,    // key-query convolution over the logits + head mixing, arXiv 2504.00927
 };
 
+// Differential attention's lambda vectors start as N(0, this^2) per component.
+constexpr double kDifferentialLambdaInitStd = 0.1;
+
 // The kinds' config names, in enum order: what model.attention.kind accepts.
 const std::vector<std::string>& attention_kind_names();
 AttentionKind parse_attention_kind(const std::string& name);  // throws std::invalid_argument

@@ -15,6 +15,8 @@ class HeadwiseMLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) const;
   int64_t parameter_count() const;
   static int64_t parameter_count(int64_t groups, int64_t in, int64_t hidden, int64_t out);
+  // A linear layer's default initialisation, U(-b, b) with b = 1/sqrt(fan_in).
+  static double default_init_bound(int64_t fan_in);
 
   at::Tensor w1, b1, w2, b2;  // [G, hidden, in], [G, hidden], [G, out, hidden], [G, out]
 };

@@ -50,9 +50,15 @@ struct ParameterBreakdown {
   std::string describe() const;  // one line, counts in millions
 };
 
+// The seed torch's default CPU generator was last seeded with (the trainer
+// seeds it with run.seed before it builds the model).
+uint64_t default_init_seed();
+
 class TransformerLMImpl : public torch::nn::Module {
  public:
-  explicit TransformerLMImpl(const ModelConfig& config);
+  // Every parameter is initialised from a generator keyed by (init_seed, its
+  // name), independent of the rest of the model (src/model/initialisation.h).
+  explicit TransformerLMImpl(const ModelConfig& config, uint64_t init_seed = default_init_seed());
 
   // tokens: [batch, time] int64 -> logits [batch, time, vocab].
   at::Tensor forward(const at::Tensor& tokens);
@@ -74,7 +80,6 @@ class TransformerLMImpl : public torch::nn::Module {
   RMSNorm final_norm{nullptr};
 
  private:
-  void initialise();
   ModelConfig config_;
 };
 TORCH_MODULE(TransformerLM);

@@ -9,11 +9,17 @@
 // The finished runs of a sweep, read from run directories. A run directory
 // holds metrics.jsonl while training and results.json once it has finished:
 //   {"name": "diff-affine-150m", "seed": 3, "steps": 1000, "valid_ppl": 21.3,
-//    "test_ppl": 22.1, "params": 150123456, "config_hash": "...",
+//    "test_ppl": 22.1, "params": 150123456, "config_hash": "...", "initialisation": "name-keyed",
 //    "valid": {"bpb": 1.02, "word_ppl": 30.1, "seen": {"loss": 3.0, ...}, ...}, "test": {...}}
 // (evaluation_report.h writes "valid" and "test"). Runs of one variant share a
 // name and differ in seed.
 namespace cqk::sweep {
+
+// results.json's "initialisation" of a run whose parameters were initialised
+// keyed by (seed, name) (src/model/initialisation.h): runs of one seed that
+// differ only by the coupling start from the same weights, so `cqk stats`
+// pairs them by seed. Runs without it are compared unpaired.
+inline constexpr char kNameKeyedInitialisation[] = "name-keyed";
 
 // The metrics `cqk stats` can compare; lower is better for each. Named as in
 // metrics.jsonl: valid_ppl and test_ppl (results.json's top-level keys), then
@@ -32,6 +38,7 @@ struct RunResult {
   std::map<Metric, double> metrics;  // those results.json holds; always valid_ppl and test_ppl
   long long params = 0;
   std::string config_hash;
+  std::string initialisation;  // kNameKeyedInitialisation, or empty for older runs
 };
 
 struct SweepRuns {
@@ -40,7 +47,8 @@ struct SweepRuns {
 };
 
 // Reads `run_dir`/results.json. name, seed, valid_ppl and test_ppl are
-// required; steps, params, config_hash and the other metrics are optional.
+// required; steps, params, config_hash, initialisation and the other metrics
+// are optional.
 // Throws std::runtime_error naming the file and the JSON error (or the field)
 // when it is malformed.
 RunResult read_run_result(const std::filesystem::path& run_dir);

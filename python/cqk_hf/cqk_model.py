@@ -1,8 +1,8 @@
 """The cqk model in plain PyTorch: the one Python home of its math.
 
 Same modules, parameter names and shapes as cqk's state dict, and the same
-initialisation (same draws in the same order, so the same seed gives the same
-weights). Used by scripts/bench_pytorch.py (the eager reference of `cqk bench
+initialisation (each parameter drawn from a generator keyed by the seed and its
+name, src/model/initialisation.h, so the same seed gives the same weights). Used by scripts/bench_pytorch.py (the eager reference of `cqk bench
 train`) and by the Hugging Face model class next to it (modeling_cqk.py), which
 `cqk export` copies into an export folder; so this file imports only torch.
 
@@ -325,26 +325,59 @@ def lm_logits(model, tokens):
     return torch.matmul(model.final_norm(h), model.embedding.weight.t())
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def parameter_seed(seed, name):
+    """The seed of the generator that initialises parameter `name` (cqk::parameter_seed)."""
+    h = 0xCBF29CE484222325  # FNV-1a over the name's bytes
+    for byte in name.encode():
+        h = ((h ^ byte) * 0x100000001B3) & _MASK64
+    return _splitmix64(_splitmix64(seed & _MASK64) ^ h)
+
+
+def _draw(name, p, cfg, generator):
+    """Draws `p` from its initial distribution; False for a parameter with a fixed initial value."""
+    std = cfg["init_std"]
+    # Projections that write into the residual stream are scaled down by sqrt(2 * layers) (GPT-2).
+    residual_std = std / math.sqrt(2.0 * cfg["layers"])
+    if name == "embedding.weight":
+        p.normal_(0.0, std, generator=generator)
+    elif ".coupling." in name:
+        if not name.endswith(".w1"):
+            return False  # the conditioners' output layers and biases start at zero
+        bound = 1.0 / math.sqrt(p.shape[-1])
+        p.uniform_(-bound, bound, generator=generator)
+    elif "_proj.weight" in name or "mlp." in name:
+        residual = "out_proj." in name or "mlp.down." in name
+        p.normal_(0.0, residual_std if residual else std, generator=generator)
+    elif ".lambda_" in name:
+        p.normal_(0.0, 0.1, generator=generator)
+    else:
+        return False
+    return True
+
+
 class TransformerLM(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, init_seed=None):
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg["vocab_size"], cfg["width"])
         self.blocks = nn.ModuleList([Block(cfg, layer) for layer in range(cfg["layers"])])
         self.final_norm = RMSNorm(cfg["width"], cfg["norm_eps"])
-        self.initialise()
+        self.initialise(torch.initial_seed() if init_seed is None else init_seed)
 
     @torch.no_grad()
-    def initialise(self):
-        std = self.cfg["init_std"]
-        # Projections that write into the residual stream are scaled down by sqrt(2 * layers) (GPT-2).
-        residual_std = std / math.sqrt(2.0 * self.cfg["layers"])
-        self.embedding.weight.normal_(0.0, std)
+    def initialise(self, seed):
         for name, p in self.named_parameters():
-            if "_proj.weight" not in name and "mlp." not in name:
-                continue  # norms, coupling, lambdas and MTA keep their own initialisation
-            residual = "out_proj." in name or "mlp.down." in name
-            p.normal_(0.0, residual_std if residual else std)
+            _draw(name, p, self.cfg, torch.Generator().manual_seed(parameter_seed(seed, name)))
 
     def forward(self, tokens):
         return lm_logits(self, tokens)

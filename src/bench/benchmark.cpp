@@ -252,7 +252,7 @@ class Session {
     r.device = device_.str();
     r.device_name = device_name(device_);
     r.dtype = bf16_ ? "bf16" : "fp32";
-    model_ = TransformerLM(config_.model);
+    model_ = TransformerLM(config_.model, static_cast<uint64_t>(config_.run.seed));
     model_->to(device_);
     optimizer_ = make_optimizer(model_, config_.train);
     model_->train();

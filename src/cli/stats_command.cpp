@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,7 @@ using Groups = std::map<std::string, std::vector<sweep::RunResult>>;
 using Pair = std::pair<std::string, std::string>;  // (variant, base)
 
 constexpr double kAlpha = 0.05;
+constexpr double kPower = 0.8;  // of the minimum detectable difference
 
 struct StatsOptions {
   std::vector<std::string> run_dirs;
@@ -30,6 +32,19 @@ struct StatsOptions {
   std::string metric = "valid_ppl";
   std::string csv;
   std::string markdown;
+  bool unpaired = false;  // Welch only, even where the runs are paired
+};
+
+// A paired comparison: the seeds both variants ran, each variant's value minus
+// the base's of the same seed.
+struct Paired {
+  std::vector<long long> seeds;
+  std::vector<double> differences;
+  std::vector<long long> left_out;  // seeds only one side has
+  stats::PairedResult test;
+  double minimum_detectable = 0;  // |Δ| detected with power kPower at two-sided kAlpha
+  double welch_half_width = 0;    // the unpaired CI's half-width on the same seeds, for comparison
+  double p_bonferroni = 0;        // of the one-sided p (variant better), over all paired comparisons
 };
 
 struct Comparison {
@@ -39,6 +54,8 @@ struct Comparison {
   stats::WelchResult welch;
   double hedges_g = 0;
   double p_bonferroni = 0;  // of the one-sided p (variant better), over all comparisons
+  std::optional<Paired> paired;  // when both variants' runs were initialised keyed by name (and not --unpaired)
+  std::string paired_note;       // why a pairable comparison has no paired test
 };
 
 struct Report {
@@ -137,7 +154,43 @@ std::vector<Pair> choose_pairs(const StatsOptions& options, Report& report) {
   return testable;
 }
 
-Comparison compare(const Groups& groups, const Pair& pair, sweep::Metric metric) {
+bool name_keyed(const std::vector<sweep::RunResult>& runs) {
+  return std::all_of(runs.begin(), runs.end(),
+                     [](const auto& run) { return run.initialisation == sweep::kNameKeyedInitialisation; });
+}
+
+// The runs of one seed pair up when both variants initialise keyed by name:
+// they then share their starting weights and batches. Nullopt for older runs
+// or fewer than two common seeds.
+std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& variant,
+                                     const std::vector<sweep::RunResult>& base, sweep::Metric metric) {
+  if (!name_keyed(variant) || !name_keyed(base)) return std::nullopt;
+  std::map<long long, double> base_by_seed;
+  for (const auto& run : base) base_by_seed[run.seed] = *sweep::metric_value(run, metric);
+  Paired p;
+  std::vector<double> a, b;
+  for (const auto& run : variant) {
+    const auto match = base_by_seed.find(run.seed);
+    if (match == base_by_seed.end()) {
+      p.left_out.push_back(run.seed);
+      continue;
+    }
+    p.seeds.push_back(run.seed);
+    a.push_back(*sweep::metric_value(run, metric));
+    b.push_back(match->second);
+    p.differences.push_back(a.back() - b.back());
+    base_by_seed.erase(match);
+  }
+  for (const auto& [seed, value] : base_by_seed) p.left_out.push_back(seed);
+  if (p.seeds.size() < 2) return std::nullopt;
+  p.test = stats::paired_t_test(a, b, kAlpha);
+  p.minimum_detectable = stats::minimum_detectable_difference(p.seeds.size(), p.test.sd_difference, kAlpha, kPower);
+  const auto welch = stats::welch_t_test(a, b);
+  p.welch_half_width = stats::student_t_quantile(1.0 - 0.5 * kAlpha, welch.df) * welch.standard_error;
+  return p;
+}
+
+Comparison compare(const Groups& groups, const Pair& pair, sweep::Metric metric, bool unpaired) {
   const auto a = compared_values(groups.at(pair.first), metric);
   const auto b = compared_values(groups.at(pair.second), metric);
   Comparison c;
@@ -151,6 +204,12 @@ Comparison compare(const Groups& groups, const Pair& pair, sweep::Metric metric)
     c.hedges_g = stats::hedges_g(a, b);
   } catch (const std::exception& e) {
     throw std::runtime_error(pair.first + " vs " + pair.second + ": " + e.what());
+  }
+  if (unpaired) return c;
+  try {
+    c.paired = compare_paired(groups.at(pair.first), groups.at(pair.second), metric);
+  } catch (const std::domain_error& e) {  // every pair differs by the same amount: no paired test, Welch still stands
+    c.paired_note = pair.first + " vs " + pair.second + ": no paired test (" + e.what() + ")";
   }
   return c;
 }
@@ -180,11 +239,63 @@ Report build_report(const StatsOptions& options) {
   report.groups = sweep::group_by_variant(runs.finished);
   warn_about_repeated_seeds(report.groups);
   for (const auto& pair : choose_pairs(options, report)) {
-    report.comparisons.push_back(compare(report.groups, pair, report.metric));
+    report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
+    if (!report.comparisons.back().paired_note.empty()) report.notes.push_back(report.comparisons.back().paired_note);
   }
   const int m = static_cast<int>(report.comparisons.size());
-  for (auto& c : report.comparisons) c.p_bonferroni = stats::bonferroni(c.welch.p_less, m);
+  for (auto& c : report.comparisons) {
+    c.p_bonferroni = stats::bonferroni(c.welch.p_less, m);
+    if (c.paired) c.paired->p_bonferroni = stats::bonferroni(c.paired->test.p_less, m);
+  }
   return report;
+}
+
+std::string seed_differences(const Paired& p) {
+  std::string text;
+  for (std::size_t i = 0; i < p.seeds.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(p.seeds[i]) + ": " + format("%+.4g", p.differences[i]);
+  return text;
+}
+
+void render_paired_markdown(const Report& report, std::ostringstream& out) {
+  const bool any = std::any_of(report.comparisons.begin(), report.comparisons.end(),
+                               [](const Comparison& c) { return c.paired.has_value(); });
+  if (!any) return;
+  const char* metric = sweep::metric_name(report.metric);
+  out << "\n## Paired comparisons on " << metric << " (paired t-test over seeds)\n\n"
+      << "| variant | base | pairs | Δ mean | sd of Δ | t | df | 95% CI | ± paired | ± Welch | p one-sided | "
+         "p two-sided | d_z | p Bonferroni | sig | detectable Δ |\n"
+      << "|---|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|:-:|--:|\n";
+  for (const auto& c : report.comparisons) {
+    if (!c.paired) continue;
+    const auto& p = *c.paired;
+    const auto& t = p.test;
+    out << "| " << c.variant << " | " << c.base << " | " << t.pairs << " | " << format("%+.4g", t.mean_difference)
+        << " | " << format("%.4g", t.sd_difference) << " | " << format("%.3f", t.t) << " | " << format("%.0f", t.df)
+        << " | [" << format("%+.4g", t.ci_low) << ", " << format("%+.4g", t.ci_high) << "] | "
+        << format("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << format("%.4g", p.welch_half_width) << " | "
+        << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << format("%.3f", t.d_z) << " | "
+        << p_value(p.p_bonferroni) << " | " << (p.p_bonferroni < kAlpha ? "*" : "") << " | "
+        << format("%.4g", p.minimum_detectable) << " |\n";
+  }
+  out << "\nPer seed, variant minus base:\n";
+  for (const auto& c : report.comparisons) {
+    if (!c.paired) continue;
+    out << "- " << c.variant << " vs " << c.base << ": " << seed_differences(*c.paired);
+    if (!c.paired->left_out.empty()) {
+      out << " (left out, one side only: seeds";
+      for (const auto seed : c.paired->left_out) out << " " << seed;
+      out << ")";
+    }
+    out << "\n";
+  }
+  out << "\nThe runs of a seed share their initial weights and batches (initialisation keyed by parameter name), "
+         "so each pair's difference is the coupling's effect plus its own training noise. Δ mean and its 95% CI: "
+         "variant - base; ± paired / ± Welch: the CI's half-width paired and unpaired (Welch) on the same runs. "
+         "d_z = Δ mean / sd of Δ. p Bonferroni: one-sided p times "
+      << report.comparisons.size() << " comparisons. Detectable Δ: the smallest true |Δ| a two-sided paired t-test "
+      << "at " << kAlpha << " finds with power " << kPower << " for this many pairs and this sd of Δ. "
+      << "`--unpaired` leaves this table out.\n";
 }
 
 std::string render_markdown(const Report& report) {
@@ -224,6 +335,7 @@ std::string render_markdown(const Report& report) {
       << " One-sided p: the variant has lower " << metric << " than the base."
       << " p Bonferroni: one-sided p times " << report.comparisons.size()
       << " comparisons (at most 1); * when it is below " << kAlpha << ".\n";
+  render_paired_markdown(report, out);
   return out.str();
 }
 
@@ -243,14 +355,14 @@ std::string csv_number(double value) { return format("%.12g", value); }
 std::string render_csv(const Report& report) {
   std::ostringstream out;
   out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
-         "p_bonferroni,significant\n";
+         "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed\n";
   for (const auto& [name, runs] : report.groups) {
     for (const auto metric : sweep::kMetrics) {
       const auto values = sweep::metric_values(runs, metric);
       if (values.empty()) continue;
       out << "variant," << csv_field(name) << ",," << sweep::metric_name(metric) << "," << values.size() << ",,"
           << csv_number(stats::mean(values)) << "," << (values.size() < 2 ? "" : csv_number(stats::sample_sd(values)))
-          << ",,,,,,,,\n";
+          << ",,,,,,,,,,,,,,,\n";
     }
   }
   for (const auto& c : report.comparisons) {
@@ -258,7 +370,21 @@ std::string render_csv(const Report& report) {
         << sweep::metric_name(report.metric) << "," << c.n_variant << "," << c.n_base << ",,,"
         << csv_number(c.mean_difference) << "," << csv_number(c.welch.t) << "," << csv_number(c.welch.df) << ","
         << csv_number(c.welch.p_less) << "," << csv_number(c.welch.p_two_sided) << "," << csv_number(c.hedges_g)
-        << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << "\n";
+        << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << ",,,,,,,\n";
+  }
+  for (const auto& c : report.comparisons) {
+    if (!c.paired) continue;
+    const auto& p = *c.paired;
+    const auto& t = p.test;
+    const std::string prefix = csv_field(c.variant) + "," + csv_field(c.base) + "," + sweep::metric_name(report.metric);
+    out << "paired_comparison," << prefix << "," << t.pairs << "," << t.pairs << ",,," << csv_number(t.mean_difference)
+        << "," << csv_number(t.t) << "," << csv_number(t.df) << "," << csv_number(t.p_less) << ","
+        << csv_number(t.p_two_sided) << ",," << csv_number(p.p_bonferroni) << ","
+        << (p.p_bonferroni < kAlpha ? "true" : "false") << "," << csv_number(t.sd_difference) << ","
+        << csv_number(t.ci_low) << "," << csv_number(t.ci_high) << "," << csv_number(p.welch_half_width) << ","
+        << csv_number(t.d_z) << "," << csv_number(p.minimum_detectable) << ",\n";
+    for (std::size_t i = 0; i < p.seeds.size(); ++i)
+      out << "pair," << prefix << ",,,,," << csv_number(p.differences[i]) << ",,,,,,,,,,,,,," << p.seeds[i] << "\n";
   }
   return out.str();
 }
@@ -281,7 +407,7 @@ void run_stats(const StatsOptions& options) {
 
 void add_stats_command(CLI::App& app) {
   auto options = std::make_shared<StatsOptions>();
-  auto* cmd = app.add_subcommand("stats", "Mean, sd and Welch t-tests of final metrics over the seeds of a sweep");
+  auto* cmd = app.add_subcommand("stats", "Mean, sd, Welch and paired t-tests of final metrics over the seeds of a sweep");
   cmd->add_option("RUN_DIR", options->run_dirs,
                   "Run directories, or folders with run directories one or two levels below")
       ->required()
@@ -299,12 +425,16 @@ void add_stats_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--csv", options->csv, "Also write the tables as one long-format CSV to FILE")->type_name("FILE");
   cmd->add_option("--markdown", options->markdown, "Also write the Markdown report to FILE")->type_name("FILE");
+  cmd->add_flag("--unpaired", options->unpaired,
+                "Welch's test only, even for runs initialised keyed by name (which are otherwise also paired by seed)");
   cmd->footer(
       "A run counts once its directory holds results.json; directories with only metrics.jsonl are listed as "
       "unfinished.\n"
       "Without --compare, each variant whose name carries a coupling marker ('-affine', '+affine' or '-coupled', "
       "at the end of the name or followed by '-') is paired with the variant named without it, when that one has "
       "finished runs: diff-affine-150m vs diff-150m, mta+affine vs mta.\n"
+      "Runs that record \"initialisation\": \"name-keyed\" in results.json start, seed for seed, from the same "
+      "weights and batches as their base: such comparisons also get a paired t-test over the seeds both have.\n"
       "Each comparison tests variant < base (lower is better for every metric). Bonferroni corrects the one-sided p over "
       "the number of comparisons; '*' marks corrected p < 0.05.");
   // Errors are std::runtime_error with a one-line message; main() prints it and exits with 2.

@@ -14,18 +14,12 @@
 #include <thread>
 
 #include "cqk/log.h"
+#include "support/seed_mixing.h"
 #include "cqk/token_file.h"
 #include "cqk/tokenizer.h"
 
 namespace cqk {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Rows [rank*B/W, (rank+1)*B/W) of a global batch of B rows.
 void check_batch_split(int64_t batch_size, int rank, int world_size) {

@@ -116,10 +116,10 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
       break;
     case AttentionKind::Differential:
       lambda_init_ = differential_lambda_init(options.layer_index());
-      lambda_q1 = register_parameter("lambda_q1", at::randn({head_dim_}) * 0.1);
-      lambda_k1 = register_parameter("lambda_k1", at::randn({head_dim_}) * 0.1);
-      lambda_q2 = register_parameter("lambda_q2", at::randn({head_dim_}) * 0.1);
-      lambda_k2 = register_parameter("lambda_k2", at::randn({head_dim_}) * 0.1);
+      lambda_q1 = register_parameter("lambda_q1", at::randn({head_dim_}) * kDifferentialLambdaInitStd);
+      lambda_k1 = register_parameter("lambda_k1", at::randn({head_dim_}) * kDifferentialLambdaInitStd);
+      lambda_q2 = register_parameter("lambda_q2", at::randn({head_dim_}) * kDifferentialLambdaInitStd);
+      lambda_k2 = register_parameter("lambda_k2", at::randn({head_dim_}) * kDifferentialLambdaInitStd);
       head_norm = register_module("head_norm", RMSNorm(2 * head_dim_, options.norm_eps()));
       break;
     case AttentionKind::MultiToken: {

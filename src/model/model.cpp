@@ -2,8 +2,10 @@
 
 #include "cqk/linear_cross_entropy.h"
 #include "cqk/swiglu.h"
+#include "model/initialisation.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <cstdio>
@@ -92,30 +94,16 @@ std::string ParameterBreakdown::describe() const {
   return line;
 }
 
-TransformerLMImpl::TransformerLMImpl(const ModelConfig& config) : config_(config) {
+uint64_t default_init_seed() { return at::detail::getDefaultCPUGenerator().current_seed(); }
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& config, uint64_t init_seed) : config_(config) {
   if (config.vocab_size < 2) throw std::invalid_argument("model.vocab_size must be at least 2");
   if (config.layers < 1) throw std::invalid_argument("model.layers must be at least 1");
   embedding = register_module("embedding", torch::nn::Embedding(config.vocab_size, config.width));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < config.layers; ++layer) blocks->push_back(Block(config, layer));
   final_norm = register_module("final_norm", RMSNorm(config.width, config.norm_eps));
-  initialise();
-}
-
-void TransformerLMImpl::initialise() {
-  at::NoGradGuard no_grad;
-  const double std = config_.init_std;
-  // Projections that write into the residual stream are scaled down by sqrt(2 * layers) (GPT-2).
-  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config_.layers));
-  embedding->weight.normal_(0.0, std);
-  for (auto& item : named_parameters()) {
-    const auto& name = item.key();
-    auto& p = item.value();
-    const bool projection = name.find("_proj.weight") != std::string::npos || name.find("mlp.") != std::string::npos;
-    if (!projection) continue;  // norms, coupling, lambdas and MTA keep their own initialisation
-    const bool residual = name.find("out_proj.") != std::string::npos || name.find("mlp.down.") != std::string::npos;
-    p.normal_(0.0, residual ? residual_std : std);
-  }
+  initialise_parameters(*this, config, init_seed);
 }
 
 at::Tensor TransformerLMImpl::final_hidden(const at::Tensor& tokens) {

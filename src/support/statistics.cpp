@@ -105,13 +105,86 @@ WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>
   const double se2 = va + vb;
   if (se2 == 0) throw std::domain_error("welch_t_test: both samples have zero variance");
   WelchResult r;
-  r.t = (mean(a) - mean(b)) / std::sqrt(se2);
+  r.standard_error = std::sqrt(se2);
+  r.t = (mean(a) - mean(b)) / r.standard_error;
   r.df = se2 * se2 / (va * va / static_cast<double>(a.size() - 1) + vb * vb / static_cast<double>(b.size() - 1));
   // Lower tails only: the upper tail of t is the lower tail of -t, with no 1 - p cancellation.
   r.p_less = student_t_cdf(r.t, r.df);
   r.p_greater = student_t_cdf(-r.t, r.df);
   r.p_two_sided = 2.0 * student_t_cdf(-std::fabs(r.t), r.df);
   return r;
+}
+
+double student_t_quantile(double p, double df) {
+  if (!(p > 0 && p < 1)) throw std::invalid_argument("student_t_quantile: p must lie in (0, 1)");
+  if (!(df > 0)) throw std::invalid_argument("student_t_quantile: degrees of freedom must be positive");
+  // Bisection on the monotone CDF: |t| below 1e7 covers df >= 1 down to p ~ 1e-14.
+  double lo = -1e7, hi = 1e7;
+  for (int i = 0; i < 200 && hi - lo > 1e-13 * std::max(1.0, std::fabs(lo)); ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (student_t_cdf(mid, df) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+double noncentral_t_cdf(double t, double df, double delta) {
+  if (!(df >= 1)) throw std::invalid_argument("noncentral_t_cdf: degrees of freedom must be at least 1");
+  // T = (Z + delta) / sqrt(V/df) with V ~ chi^2(df): P(T <= t) = E_W[Phi(t W / sqrt(df) - delta)],
+  // W = sqrt(V) ~ chi(df). Simpson's rule over W, whose density is smooth and
+  // negligible beyond sqrt(df) + 12.
+  const double log_norm = (0.5 * df - 1.0) * std::log(2.0) + std::lgamma(0.5 * df);
+  const auto integrand = [&](double w) {
+    if (w <= 0) return df == 1 ? std::exp(-log_norm) * 0.5 * std::erfc(delta / std::sqrt(2.0)) : 0.0;
+    const double density = std::exp((df - 1.0) * std::log(w) - 0.5 * w * w - log_norm);
+    return density * 0.5 * std::erfc(-(t * w / std::sqrt(df) - delta) / std::sqrt(2.0));
+  };
+  const int intervals = 4000;  // even
+  const double upper = std::sqrt(df) + 12.0, h = upper / intervals;
+  double sum = integrand(0.0) + integrand(upper);
+  for (int i = 1; i < intervals; ++i) sum += (i % 2 ? 4.0 : 2.0) * integrand(i * h);
+  return std::clamp(sum * h / 3.0, 0.0, 1.0);
+}
+
+PairedResult paired_t_test(const std::vector<double>& a, const std::vector<double>& b, double alpha) {
+  if (a.size() != b.size())
+    throw std::invalid_argument("paired_t_test: " + std::to_string(a.size()) + " values paired with " +
+                                std::to_string(b.size()));
+  if (!(alpha > 0 && alpha < 1)) throw std::invalid_argument("paired_t_test: alpha must lie in (0, 1)");
+  std::vector<double> d(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  PairedResult r;
+  r.pairs = d.size();
+  r.sd_difference = std::sqrt(sample_variance(d, "paired_t_test: the differences"));
+  if (r.sd_difference == 0) throw std::domain_error("paired_t_test: every pair has the same difference");
+  r.mean_difference = mean(d);
+  r.df = static_cast<double>(r.pairs - 1);
+  const double se = r.sd_difference / std::sqrt(static_cast<double>(r.pairs));
+  r.t = r.mean_difference / se;
+  r.p_less = student_t_cdf(r.t, r.df);
+  r.p_greater = student_t_cdf(-r.t, r.df);
+  r.p_two_sided = 2.0 * student_t_cdf(-std::fabs(r.t), r.df);
+  const double half_width = student_t_quantile(1.0 - 0.5 * alpha, r.df) * se;
+  r.ci_low = r.mean_difference - half_width;
+  r.ci_high = r.mean_difference + half_width;
+  r.d_z = r.mean_difference / r.sd_difference;
+  return r;
+}
+
+double minimum_detectable_difference(std::size_t n, double sd, double alpha, double power) {
+  if (n < 2) throw std::invalid_argument("minimum_detectable_difference: needs at least 2 values");
+  if (!(alpha > 0 && alpha < 1) || !(power > 0 && power < 1))
+    throw std::invalid_argument("minimum_detectable_difference: alpha and power must lie in (0, 1)");
+  const double df = static_cast<double>(n - 1), critical = student_t_quantile(1.0 - 0.5 * alpha, df);
+  const auto power_at = [&](double delta) {
+    return 1.0 - noncentral_t_cdf(critical, df, delta) + noncentral_t_cdf(-critical, df, delta);
+  };
+  double lo = 0, hi = 1;
+  while (power_at(hi) < power) hi *= 2;  // power rises with the noncentrality
+  for (int i = 0; i < 100 && hi - lo > 1e-10 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (power_at(mid) < power ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi) * sd / std::sqrt(static_cast<double>(n));
 }
 
 double cohens_d(const std::vector<double>& a, const std::vector<double>& b) {

@@ -87,6 +87,7 @@ RunResult parse_result(const json& j, const fs::path& dir) {
   r.steps = field<long long>(j, "steps", &json::is_number_integer, "an integer", 0LL);
   r.params = field<long long>(j, "params", &json::is_number_integer, "an integer", 0LL);
   r.config_hash = field<std::string>(j, "config_hash", &json::is_string, "a string", std::string());
+  r.initialisation = field<std::string>(j, "initialisation", &json::is_string, "a string", std::string());
   return r;
 }
 

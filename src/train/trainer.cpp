@@ -24,6 +24,7 @@
 #include "cqk/progress.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
+#include "cqk/sweep_results.h"
 #include "cqk/train_step.h"
 
 namespace cqk {
@@ -194,7 +195,8 @@ void write_results(const std::string& run_dir, const Config& config, const Train
                             {"test_ppl", summary.test.perplexity},
                             {"valid", evaluation_json(summary.valid)},
                             {"test", evaluation_json(summary.test)},
-                            {"config_hash", hash}};
+                            {"config_hash", hash},
+                            {"initialisation", sweep::kNameKeyedInitialisation}};
   if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
   write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
 }
@@ -248,7 +250,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   };
 
   const bool bf16 = use_bf16(config.train, device);
-  TransformerLM model(config.model);
+  TransformerLM model(config.model, static_cast<uint64_t>(config.run.seed));
   model->to(device);
   auto optimizer = make_optimizer(model, config.train);
   const auto breakdown = model->parameter_breakdown();
