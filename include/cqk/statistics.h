@@ -3,7 +3,8 @@
 
 // Small-sample statistics for comparing seeds of two training variants:
 // Welch's t-test (no equal-variance assumption: coupled and uncoupled runs
-// need not vary alike), effect sizes and Bonferroni correction. Pure C++ in
+// need not vary alike), the paired t-test (runs of one seed that share their
+// initial weights and batches), effect sizes, power and Bonferroni correction. Pure C++ in
 // double precision; functions given too few values throw std::invalid_argument.
 namespace cqk::stats {
 
@@ -21,18 +22,50 @@ double incomplete_beta(double x, double a, double b);
 // an integer: Welch's df rarely is). Accurate in both tails.
 double student_t_cdf(double t, double df);
 
+// The p-quantile of Student's t with `df` > 0 degrees of freedom, 0 < p < 1
+// (student_t_cdf inverted to about 1e-12).
+double student_t_quantile(double p, double df);
+
+// P(T <= t) for the noncentral t with `df` >= 1 degrees of freedom and noncentrality
+// `delta`, to about 1e-9 (the normal CDF integrated over the chi distribution).
+double noncentral_t_cdf(double t, double df, double delta);
+
 struct WelchResult {
   double t = 0;            // (mean(a) - mean(b)) / sqrt(var(a)/na + var(b)/nb)
   double df = 0;           // Welch-Satterthwaite degrees of freedom
   double p_less = 0;       // one-sided p for the alternative mean(a) < mean(b)
   double p_greater = 0;    // one-sided p for the alternative mean(a) > mean(b)
   double p_two_sided = 0;  // for mean(a) != mean(b)
+  double standard_error = 0;  // of mean(a) - mean(b): sqrt(var(a)/na + var(b)/nb)
 };
 
 // Welch's unequal-variance t-test of a against b; each sample needs at least
 // two values. Throws std::domain_error when both samples have zero variance
 // (the statistic is undefined).
 WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>& b);
+
+struct PairedResult {
+  std::size_t pairs = 0;
+  double mean_difference = 0;  // mean of a[i] - b[i]
+  double sd_difference = 0;    // sample sd of a[i] - b[i]
+  double t = 0;                // mean_difference / (sd_difference / sqrt(pairs))
+  double df = 0;               // pairs - 1
+  double p_less = 0;           // one-sided, alternative mean(a - b) < 0
+  double p_greater = 0;        // one-sided, alternative mean(a - b) > 0
+  double p_two_sided = 0;
+  double ci_low = 0, ci_high = 0;  // two-sided confidence interval of the mean difference
+  double d_z = 0;              // Cohen's d_z: mean_difference / sd_difference
+};
+
+// The paired t-test of a against b, a[i] and b[i] being one pair (same size, at
+// least two pairs), with a two-sided (1 - alpha) confidence interval. Throws
+// std::domain_error when every difference is the same (zero variance).
+PairedResult paired_t_test(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
+
+// The smallest true mean difference that a two-sided one-sample (or paired)
+// t-test at level `alpha` over `n` values with standard deviation `sd` detects
+// with probability `power` (exact, through the noncentral t).
+double minimum_detectable_difference(std::size_t n, double sd, double alpha, double power);
 
 // Cohen's d: (mean(a) - mean(b)) over the pooled standard deviation.
 double cohens_d(const std::vector<double>& a, const std::vector<double>& b);
