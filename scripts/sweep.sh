@@ -126,11 +126,13 @@ for config in "${configs[@]}"; do
   tag_of[$config]="$tag"
 done
 
-# Job list: one line "config<TAB>tag<TAB>seed" per run, configs outer, seeds inner; duplicates dropped.
+# Job list: one line "config<TAB>tag<TAB>seed" per run, seeds outer, configs
+# inner, so that a sweep cut short has whole seeds of every variant: `cqk stats`
+# pairs a coupled run with its base of the same seed. Duplicates dropped.
 jobs=()
 declare -A seen=()
-for config in "${configs[@]}"; do
-  for seed in "${seeds[@]}"; do
+for seed in "${seeds[@]}"; do
+  for config in "${configs[@]}"; do
     key="${tag_of[$config]}/$seed"
     [[ -z "${seen[$key]:-}" ]] || continue
     seen[$key]=1

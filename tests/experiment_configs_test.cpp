@@ -417,6 +417,8 @@ TEST(Sweep, DryRunListsTheGridOfAScale) {
   EXPECT_NE(dry.out.find("42 runs (14 configs x 3 seeds)"), std::string::npos) << dry.out;
   EXPECT_NE(dry.out.find("150m-diff-affine seed 3"), std::string::npos) << dry.out;
   EXPECT_EQ(dry.out.find("150m-base"), std::string::npos) << dry.out;
+  // Seeds outer: every variant's seed 1 comes before any seed 2, so a sweep cut short stays paired.
+  EXPECT_LT(dry.out.rfind(" seed 1: "), dry.out.find(" seed 2: ")) << dry.out;
 }
 
 }  // namespace
