@@ -3,6 +3,7 @@
 // suggestions all walk the same table, bound to the Config at hand.
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
+#include "cqk/sdpa_backend.h"
 #include "export/model_config_json.h"
 
 #include <yaml-cpp/yaml.h>
@@ -148,6 +149,7 @@ std::vector<Field> describe(TrainConfig& c) {
           key("keep_checkpoints", c.keep_checkpoints, at_least(1)),
           key("device", c.device, one_of({"auto", "cpu", "cuda"})),
           key("dtype", c.dtype, one_of({"auto", "fp32", "bf16"})),
+          key("sdpa_backend", c.sdpa_backend, one_of(sdpa_backend_names())),
           key("threads", c.threads, at_least(0))};
 }
 

@@ -38,6 +38,7 @@ struct BenchResult {
   std::string device;               // "cpu", "cuda:0"
   std::string device_name;          // CPU model or GPU name
   std::string dtype;                // "fp32" or "bf16" (autocast)
+  std::string sdpa_backend;         // torch's SDPA backend at the model's shape (sdpa_backend.h)
   int threads = 0;
   std::string torch_version;
   int64_t params = 0, coupling_params = 0;

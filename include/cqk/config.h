@@ -92,6 +92,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;
   std::string device = "auto";        // auto | cpu | cuda
   std::string dtype = "auto";         // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+  std::string sdpa_backend = "auto";  // auto | cudnn | flash | efficient | math (sdpa_backend.h)
   int64_t threads = 0;                // 0: all available cores
 };
 

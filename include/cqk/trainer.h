@@ -29,6 +29,7 @@ struct TrainSummary {
   int64_t step = 0;
   std::string run_dir;
   Evaluation valid, test;   // final evaluation (when finished)
+  std::string sdpa_backend;  // torch's SDPA backend at the model's attention shape (sdpa_backend.h)
 };
 
 // Runs (or resumes) a training run; throws std::runtime_error / std::invalid_argument

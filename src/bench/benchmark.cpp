@@ -28,6 +28,7 @@
 #include "cqk/flops.h"
 #include "cqk/model.h"
 #include "cqk/runtime.h"
+#include "cqk/sdpa_backend.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
 #include "export/model_config_json.h"
@@ -252,6 +253,7 @@ class Session {
     r.device = device_.str();
     r.device_name = device_name(device_);
     r.dtype = bf16_ ? "bf16" : "fp32";
+    r.sdpa_backend = use_sdpa_backend(config_, config_.data.batch_size, bf16_, device_.is_cuda());
     model_ = TransformerLM(config_.model, static_cast<uint64_t>(config_.run.seed));
     model_->to(device_);
     optimizer_ = make_optimizer(model_, config_.train);
@@ -442,6 +444,7 @@ std::string to_json(const BenchResult& r) {
       {"device", r.device},
       {"device_name", r.device_name},
       {"dtype", r.dtype},
+      {"sdpa_backend", r.sdpa_backend},
       {"threads", r.threads},
       {"torch_version", r.torch_version},
       {"params", r.params},
@@ -512,8 +515,9 @@ std::string describe(const BenchResult& r) {
   std::ostringstream out;
   char line[512];
   const double ms = 1e3;
-  std::snprintf(line, sizeof line, "bench %s: %s (%s), %s, %d threads, torch %s\n", r.name.c_str(), r.device.c_str(),
-                r.device_name.c_str(), r.dtype.c_str(), r.threads, r.torch_version.c_str());
+  std::snprintf(line, sizeof line, "bench %s: %s (%s), %s, SDPA %s, %d threads, torch %s\n", r.name.c_str(),
+                r.device.c_str(), r.device_name.c_str(), r.dtype.c_str(), r.sdpa_backend.c_str(), r.threads,
+                r.torch_version.c_str());
   out << line;
   std::snprintf(line, sizeof line,
                 "params %.3fM (coupling %.4fM) | %lld tokens/step | %lld warm-up + %lld timed steps\n",

@@ -24,6 +24,7 @@
 #include "cqk/progress.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
+#include "cqk/sdpa_backend.h"
 #include "cqk/sweep_results.h"
 #include "cqk/train_step.h"
 
@@ -196,7 +197,8 @@ void write_results(const std::string& run_dir, const Config& config, const Train
                             {"valid", evaluation_json(summary.valid)},
                             {"test", evaluation_json(summary.test)},
                             {"config_hash", hash},
-                            {"initialisation", sweep::kNameKeyedInitialisation}};
+                            {"initialisation", sweep::kNameKeyedInitialisation},
+                            {"sdpa_backend", summary.sdpa_backend}};
   if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
   write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
 }
@@ -282,9 +284,11 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   const int64_t tokens_per_step = config.data.batch_size * config.data.seq_len * config.train.grad_accum;
   const double flops_per_token = model->flops_per_token(config.data.seq_len);
   info("run " + run_dir + " | " + breakdown.describe());
+  const std::string sdpa_backend =
+      use_sdpa_backend(config, config.data.batch_size / dist_env.world_size, bf16, device.is_cuda());
   info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " + std::to_string(threads) +
        " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " + std::to_string(peak_flops / 1e9) +
-       " GFLOP/s");
+       " GFLOP/s | SDPA " + sdpa_backend);
   const TargetTables tables = target_tables(*source);  // one pass over the training split, for every evaluation
   // The coupling's diagnostics (coupling_diagnostics.h) on one fixed validation batch at every evaluation.
   const auto coupling_batch = [&, batches = source->eval_batches(Split::Valid, 1)]() {
@@ -305,6 +309,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   model->train();
   TrainSummary summary;
   summary.run_dir = run_dir;
+  summary.sdpa_backend = sdpa_backend;
   const int64_t first_step = state.step;
   auto window_start = Clock::now();
   int64_t window_tokens = 0;

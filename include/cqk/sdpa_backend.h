@@ -1,0 +1,48 @@
+#pragma once
+// Which of torch's scaled_dot_product_attention backends cqk's attention
+// prefers (train.sdpa_backend). The choice goes through torch's priority
+// order: the named backend first, the others after it in torch's order, so a
+// backend that cannot take an input shape falls back instead of failing. The
+// order is a CUDA matter: on the CPU torch takes its flash kernel where it can
+// and math otherwise.
+// Torch-free declarations (the config loader reads the names).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cqk/config.h"
+
+namespace cqk {
+
+enum class SdpaBackend {
+  Auto,       // torch's own order: flash, efficient, math, cuDNN
+  CuDnn,      // cuDNN's fused attention (torch tries it last by default)
+  Flash,      // FlashAttention-2
+  Efficient,  // memory-efficient attention
+  Math,       // the unfused reference
+};
+
+// The config names, in enum order: what train.sdpa_backend accepts.
+const std::vector<std::string>& sdpa_backend_names();
+SdpaBackend parse_sdpa_backend(const std::string& name);  // throws std::invalid_argument
+std::string to_string(SdpaBackend backend);
+
+// Sets torch's process-wide SDPA priority order for `backend`.
+void use_sdpa_backend(SdpaBackend backend);
+
+// The backend torch's SDPA picks, under the current order, for causal
+// attention on q, k, v of [batch, heads, time, head_dim] (bf16 or float32, on
+// CUDA or the CPU): "flash", "efficient", "cudnn", "math", "overrideable", or
+// "none" when no backend takes the shape.
+std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, bool bf16, bool cuda);
+
+}  // namespace cqk
+
+namespace cqk {
+
+// The run's setting: use_sdpa_backend(config.train.sdpa_backend), then what
+// sdpa_backend_for says at the model's attention shape for `batch` rows of
+// data.seq_len (what the trainer and `cqk bench train` log and record).
+std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, bool cuda);
+
+}  // namespace cqk

@@ -1,0 +1,79 @@
+#include "cqk/sdpa_backend.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+
+#include "model/kind_table.h"
+
+namespace cqk {
+namespace {
+
+const KindTable<SdpaBackend, 5> kBackendNames = {{SdpaBackend::Auto, "auto"},
+                                                 {SdpaBackend::CuDnn, "cudnn"},
+                                                 {SdpaBackend::Flash, "flash"},
+                                                 {SdpaBackend::Efficient, "efficient"},
+                                                 {SdpaBackend::Math, "math"}};
+
+// Torch's default order (ATen/Context.h).
+const std::vector<at::SDPBackend> kTorchOrder{at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention,
+                                              at::SDPBackend::math, at::SDPBackend::cudnn_attention,
+                                              at::SDPBackend::overrideable};
+
+at::SDPBackend torch_backend(SdpaBackend backend) {
+  switch (backend) {
+    case SdpaBackend::CuDnn: return at::SDPBackend::cudnn_attention;
+    case SdpaBackend::Flash: return at::SDPBackend::flash_attention;
+    case SdpaBackend::Efficient: return at::SDPBackend::efficient_attention;
+    case SdpaBackend::Math: return at::SDPBackend::math;
+    case SdpaBackend::Auto: break;
+  }
+  return at::SDPBackend::error;
+}
+
+std::string torch_backend_name(int64_t choice) {
+  switch (static_cast<at::SDPBackend>(choice)) {
+    case at::SDPBackend::math: return "math";
+    case at::SDPBackend::flash_attention: return "flash";
+    case at::SDPBackend::efficient_attention: return "efficient";
+    case at::SDPBackend::cudnn_attention: return "cudnn";
+    case at::SDPBackend::overrideable: return "overrideable";
+    default: return "none";
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& sdpa_backend_names() {
+  static const std::vector<std::string> names = kind_names(kBackendNames);
+  return names;
+}
+
+SdpaBackend parse_sdpa_backend(const std::string& name) {
+  return parse_kind(kBackendNames, name, "train.sdpa_backend");
+}
+
+std::string to_string(SdpaBackend backend) { return kind_name(kBackendNames, backend); }
+
+void use_sdpa_backend(SdpaBackend backend) {
+  const auto first = torch_backend(backend);
+  std::vector<int64_t> order;
+  if (first != at::SDPBackend::error) order.push_back(static_cast<int64_t>(first));
+  for (const auto b : kTorchOrder)
+    if (b != first) order.push_back(static_cast<int64_t>(b));
+  at::globalContext().setSDPPriorityOrder(order);
+}
+
+std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, bool bf16, bool cuda) {
+  const auto options =
+      at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat).device(cuda ? at::kCUDA : at::kCPU);
+  const auto q = at::empty({batch, heads, time, head_dim}, options);
+  return torch_backend_name(at::_fused_sdp_choice(q, q, q, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true));
+}
+
+std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, bool cuda) {
+  use_sdpa_backend(parse_sdpa_backend(config.train.sdpa_backend));
+  const auto& m = config.model;
+  return sdpa_backend_for(batch, m.heads, config.data.seq_len, m.width / m.heads, bf16, cuda);
+}
+
+}  // namespace cqk
