@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
 
 #include <cmath>
 
@@ -69,4 +70,24 @@ TEST(Rope, KernelPreservesNormsAndTheSwitchGivesTheAtenOps) {
   const auto bf16 = rope(x.to(at::kBFloat16), grad, 3);
   EXPECT_EQ(bf16.y.scalar_type(), at::kBFloat16);
   EXPECT_LT(max_relative_error(bf16.y, off.y.to(at::kDouble)), 1e-2);
+}
+
+// The base model's RoPE on CUDA: one pass each way (kernels/rope_kernels.cu),
+// float32 and bf16, the head-split view read in place; against apply_rope in
+// float64 (the ATen ops on the GPU). The kernel itself is also checked on the
+// CPU by the emulator (tests/kernel_emulation/rope_emulation_test.cpp).
+TEST(FusedRope, CudaKernelMatchesFloat64ForwardAndBackward) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the CUDA RoPE kernel needs a GPU (scripts/gpu_check.sh)";
+  at::manual_seed(8);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const auto x = at::randn({2, 130, 4, 64}, cuda).transpose(1, 2), grad = at::randn({2, 4, 130, 64}, cuda);
+  const auto want = rope(x.to(at::kDouble), grad, 0);
+  const auto fp32 = rope(x, grad, 0);
+  EXPECT_LT(max_relative_error(fp32.y, want.y), 1e-6);
+  EXPECT_LT(max_relative_error(fp32.grad_x, want.grad_x), 1e-6);
+  // bf16 in and out, float32 inside: one rounding of each output.
+  const auto bf16 = rope(x.to(at::kBFloat16), grad, 0);
+  EXPECT_EQ(bf16.y.scalar_type(), at::kBFloat16);
+  EXPECT_LT(max_relative_error(bf16.y, want.y), 1e-2);
+  EXPECT_LT(max_relative_error(bf16.grad_x, want.grad_x), 1e-2);
 }

@@ -8,8 +8,9 @@ namespace cqk {
 
 // x: [batch, heads, time, head_dim] with an even head_dim; position t of the
 // time axis is rotated by angles t * base^(-2i/head_dim), i < head_dim/2.
-// Float32 CPU tensors (x86-64 with AVX2) are rotated by a one-pass CPU kernel
-// each way (src/simd/rope_cpu.h), read in place when the last dimension is
+// Float32 CPU tensors (x86-64 with AVX2), and float32 or bf16 CUDA tensors,
+// are rotated by a one-pass kernel each way (src/simd/rope_cpu.h,
+// kernels/rope_kernels.h), read in place when the last dimension is
 // contiguous; elsewhere, and with CQK_FUSED_ROPE=0 or
 // set_fused_rope_enabled(false), by the ATen ops.
 at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset = 0);

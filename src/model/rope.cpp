@@ -6,6 +6,9 @@
 #include "cqk/runtime.h"
 #include "ops/kernel_arguments.h"
 #include "simd/rope_cpu.h"
+#ifdef CQK_WITH_CUDA
+#include "rope_kernels.h"  // kernels/
+#endif
 
 namespace cqk {
 
@@ -16,33 +19,49 @@ ProcessSwitch& enabled_switch() {
   return on;
 }
 
+bool rows_readable(const at::Tensor& x) { return x.dim() == 4 && (x.size(3) == 1 || x.stride(3) == 1); }
+
+// A one-pass kernel: float32 on an AVX2 CPU, float32 or bf16 on CUDA.
 bool kernel_applies(const at::Tensor& x) {
-  return fused_rope_enabled() && cpu::rope_supported() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-         x.dim() == 4 && (x.size(3) == 1 || x.stride(3) == 1);
+  if (!fused_rope_enabled() || !rows_readable(x)) return false;
+  if (x.device().is_cpu()) return cpu::rope_supported() && x.scalar_type() == at::kFloat;
+#ifdef CQK_WITH_CUDA
+  return x.is_cuda() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
+#else
+  return false;
+#endif
 }
 
 kernels::CouplingShape shape_of(const at::Tensor& x) { return {x.size(0), x.size(1), x.size(2), x.size(3), 0}; }
+
+// A contiguous tensor like x, rotated by the tables' angles (negated: `inverse`).
+at::Tensor rotated(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
+  auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+#ifdef CQK_WITH_CUDA
+  if (x.is_cuda()) {
+    kernels::rope_rotate_cuda(kernel_arguments::element_type(x, "rope"), shape_of(x), x.data_ptr(),
+                              kernel_arguments::row_strides(x), cos.data_ptr<float>(), sin.data_ptr<float>(),
+                              inverse, y.data_ptr(), kernel_arguments::current_stream(x));
+    return y;
+  }
+#endif
+  cpu::rope_rotate(shape_of(x), x.data_ptr<float>(), kernel_arguments::row_strides(x), cos.data_ptr<float>(),
+                   sin.data_ptr<float>(), inverse, y.data_ptr<float>());
+  return y;
+}
 
 // The rotation is orthogonal: its backward is the rotation by the negated angles.
 struct RopeFunction : public torch::autograd::Function<RopeFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin) {
-    auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-    cpu::rope_rotate(shape_of(x), x.data_ptr<float>(), kernel_arguments::row_strides(x), cos.data_ptr<float>(),
-                     sin.data_ptr<float>(), /*inverse=*/false, y.data_ptr<float>());
     ctx->save_for_backward({cos, sin});
-    return y;
+    return rotated(x, cos, sin, /*inverse=*/false);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto grad_y = grads[0].contiguous();
-    auto grad_x = at::empty_like(grad_y);
-    cpu::rope_rotate(shape_of(grad_y), grad_y.data_ptr<float>(), kernel_arguments::row_strides(grad_y),
-                     saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), /*inverse=*/true,
-                     grad_x.data_ptr<float>());
-    return {grad_x, at::Tensor(), at::Tensor()};
+    return {rotated(grads[0].contiguous(), saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
   }
 };
 
