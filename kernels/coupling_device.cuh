@@ -1,7 +1,6 @@
 #pragma once
-// Device-side pieces shared by the fused coupling kernels (coupling_kernels.cu)
-// and the flash coupled-attention kernels (attention_kernels.cu): element I/O of
-// 8 channels, the warp-shuffle Reduce of coupling_math.cuh's lane drivers, the
+// Device-side pieces of the fused coupling kernels (coupling_kernels.cu):
+// element I/O of 8 channels, the warp-shuffle Reduce of coupling_math.cuh's lane drivers, the
 // shared-memory weight views and their packing, and the device query of the
 // host launchers. CUDA only (nvcc), no torch.
 #include <cuda_bf16.h>

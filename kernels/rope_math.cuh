@@ -1,7 +1,7 @@
 #pragma once
 // RoPE (rotate-half) as the kernels apply it to a token whose channels are
 // spread over lanes (coupling_math.cuh: lane l holds channels 8l .. 8l+7),
-// shared by the fused coupling, the flash attention and their CPU tests.
+// shared by the fused coupling kernels, the CPU kernel and their tests.
 // Channel c's partner is c + D/2 (lower half) or c - D/2 (upper half), which
 // lives in lane l ^ L/2; the tables hold cos and sin per (position, frequency),
 // [time, D/2] float32, as cqk::rope_tables makes them.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the fused coupling and flash attention kernels (docs/KERNELS.md),
+# GPU check of the fused coupling kernels (docs/KERNELS.md),
 # in one call on a machine with a GPU, under 8 minutes: builds cqk, runs the GPU
 # tests, times 150M training steps with and without coupling (issue 9), prints
 # the kernel benchmark table last. It builds on the GPU machine, so it needs

@@ -1,6 +1,6 @@
-// GPU tests of the fused affine coupling (kernels/coupling_kernels.cu) and of the
-// flash coupled attention (kernels/attention_kernels.cu) against the ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs them on
-// a GPU machine. The checks themselves live in tools/fused_check.h,
+// GPU tests of the fused affine coupling (kernels/coupling_kernels.cu) against
+// the ATen path. They skip without a CUDA device; scripts/gpu_check.sh runs
+// them on a GPU machine. The checks themselves live in tools/fused_check.h,
 // shared with `cqk_kernel_bench --check` (gpu_check.sh's fallback when the full
 // build cannot be configured there).
 #include <gtest/gtest.h>
@@ -18,7 +18,6 @@
 
 #include "cqk/attention.h"
 #include "cqk/coupling.h"
-#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "test_io.h"
 #include "tools/fused_check.h"
@@ -144,79 +143,6 @@ TEST(FusedCoupling, IdentityAtInitIsExactInFloat32) {
   EXPECT_TRUE(at::equal(k_out, k));
 }
 
-// ---- The flash coupled attention ---------------------------------------------
-
-// Restores the process-wide switch when the test ends.
-class FusedAttentionSwitch {
- public:
-  explicit FusedAttentionSwitch(bool on) : was_(cqk::fused_attention_enabled()) { cqk::set_fused_attention_enabled(on); }
-  ~FusedAttentionSwitch() { cqk::set_fused_attention_enabled(was_); }
-
- private:
-  bool was_;
-};
-
-// The dispatch guards of cqk::Attention: CPU tensors (no GPU needed), then
-// the couplings and shapes the flash path takes on CUDA.
-TEST(FusedAttention, NeverAppliesToCpuTensors) {
-  const FusedAttentionSwitch on(true);
-  cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
-  const auto q = at::randn({1, 2, 8, 64});
-  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, q, q, q)) << "CPU tensors";
-  const auto paired_q = at::randn({1, 2, 2, 8, 64}), paired_v = at::randn({1, 2, 8, 128});
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*affine, paired_q, paired_q, paired_v))
-      << "CPU tensors, differential shapes";
-}
-
-TEST(FusedAttention, AppliesOnlyToAffineCouplingsOfMatchingShapes) {
-  CQK_REQUIRE_GPU();
-  const FusedAttentionSwitch on(true);
-  cqk::QKCoupling affine(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
-  cqk::QKCoupling none(cqk::CouplingOptions(cqk::CouplingKind::None, 2, 64));
-  affine->to(at::kCUDA);
-  none->to(at::kCUDA);
-  const auto g = at::randn({1, 2, 8, 64}, at::kCUDA);
-  EXPECT_TRUE(cqk::fused_coupled_attention_applies(*affine, g, g, g));
-  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*none, g, g, g));
-  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g.narrow(2, 0, 4))) << "v of another length";
-  const FusedAttentionSwitch off(false);
-  EXPECT_FALSE(cqk::fused_coupled_attention_applies(*affine, g, g, g)) << "switched off";
-}
-
-// Differential attention's shapes: q, k [batch, 2, heads, time, d], v [batch, heads, time, 2d].
-TEST(FusedAttention, PairedAppliesToDifferentialShapes) {
-  CQK_REQUIRE_GPU();
-  const FusedAttentionSwitch on(true);
-  const auto options = [](int64_t heads, int64_t d) { return cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, d); };
-  cqk::QKCoupling shared(options(2, 64)), separate(options(4, 64)), wrong(options(3, 64)), wide(options(2, 128));
-  for (auto* c : {&shared, &separate, &wrong, &wide}) (*c)->to(at::kCUDA);
-  const auto gq = at::randn({1, 2, 2, 8, 64}, at::kCUDA), gv = at::randn({1, 2, 8, 128}, at::kCUDA);
-  EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv)) << "one coupling per head";
-  EXPECT_TRUE(cqk::fused_paired_coupled_attention_applies(*separate, gq, gq, gv)) << "one per pair and head";
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wrong, gq, gq, gv)) << "3 coupling heads for 2 x 2";
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*shared, gq, gq, gv.narrow(2, 0, 4))) << "v of another length";
-  // Head dim 128 with values of 256: its backward reads the coupling's weights from global memory and
-  // then needs 231,424 bytes of shared memory per block, which sm_90 has and sm_80 does not.
-  const auto wq = at::randn({1, 2, 2, 8, 128}, at::kCUDA), wv = at::randn({1, 2, 8, 256}, at::kCUDA);
-#ifdef CQK_WITH_CUDA
-  const bool fits = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin >= 231424;
-  EXPECT_EQ(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, wv), fits);
-#endif
-  EXPECT_FALSE(cqk::fused_paired_coupled_attention_applies(*wide, wq, wq, at::randn({1, 2, 8, 192}, at::kCUDA)))
-      << "values of 1.5 head dims";
-}
-
-TEST(FusedAttention, MatchesFloat64ReferenceOnFreshInputs) {
-  CQK_REQUIRE_GPU();
-  uint64_t seed = 300;
-  for (const Case& c : cqk::fused_check::attention_cases()) {
-    for (bool rope : {true, false}) {
-      const auto result = cqk::fused_check::check_coupled_attention(c, seed++, rope);
-      EXPECT_TRUE(result.ok) << c.name() << (rope ? " rope" : " no rope") << "\n" << result.report;
-    }
-  }
-}
-
 // An affine-coupled cqk::Attention on the GPU, width 256, 4 heads of 64, with
 // small random weights everywhere.
 cqk::Attention random_attention(cqk::AttentionOptions options) {
@@ -250,69 +176,18 @@ void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tens
   }
 }
 
-// The attention modules the flash path must serve: vanilla, and differential
-// with one coupling per head shared by its two pairs or one per pair.
+// The attention modules the fused coupling serves.
 struct ModuleCase {
   cqk::AttentionKind kind;
   bool separate_pairs;
 };
 
-void PrintTo(const ModuleCase& c, std::ostream* os) {
-  *os << cqk::to_string(c.kind) << (c.separate_pairs ? ", separate pair couplings" : "");
-}
-
-class FusedAttentionModule : public ::testing::TestWithParam<ModuleCase> {};
-
-INSTANTIATE_TEST_SUITE_P(Kinds, FusedAttentionModule,
-                         ::testing::Values(ModuleCase{cqk::AttentionKind::Vanilla, false},
-                                           ModuleCase{cqk::AttentionKind::Differential, false},
-                                           ModuleCase{cqk::AttentionKind::Differential, true}),
-                         [](const ::testing::TestParamInfo<ModuleCase>& info) {
-                           return cqk::to_string(info.param.kind) + (info.param.separate_pairs ? "_separate" : "");
-                         });
-
-// cqk::Attention takes the flash path when switched on and gives what the
-// default path (fused coupling + SDPA) gives, forward and backward.
-TEST_P(FusedAttentionModule, GivesTheDefaultPathsResults) {
-  CQK_REQUIRE_GPU();
-  at::manual_seed(5);
-  const bool differential = GetParam().kind == cqk::AttentionKind::Differential;
-  cqk::Attention attention = random_attention(cqk::AttentionOptions(/*width=*/256, /*heads=*/4)
-                                                   .kind(GetParam().kind)
-                                                   .separate_pair_couplings(GetParam().separate_pairs));
-  const auto x0 = at::randn({2, 130, 256}, at::kCUDA), grad = at::randn({2, 130, 256}, at::kCUDA);
-  {
-    // The module's q, k, v, as views of the projections laid out as the
-    // module makes them (split_heads, and by_pair for differential attention):
-    // [2, 4 heads, 130, 64], or q, k [2, 2 pairs, 2 heads, 130, 64] and
-    // v [2, 2 heads, 130, 128]; with the switch on the flash path must take them.
-    const FusedAttentionSwitch on(true);
-    const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
-    ASSERT_TRUE(coupling);
-    if (differential) {
-      const auto qk = at::randn({2, 130, 4, 64}, at::kCUDA).transpose(1, 2).view({2, 2, 2, 130, 64}).transpose(1, 2);
-      const auto v = at::randn({2, 130, 2, 128}, at::kCUDA).transpose(1, 2);
-      ASSERT_TRUE(cqk::fused_paired_coupled_attention_applies(*coupling, qk, qk, v));
-    } else {
-      const auto qkv = at::randn({2, 130, 4, 64}, at::kCUDA).transpose(1, 2);
-      ASSERT_TRUE(cqk::fused_coupled_attention_applies(*coupling, qkv, qkv, qkv));
-    }
-  }
-  std::vector<at::Tensor> results[2];
-  for (int flash = 0; flash < 2; ++flash) {
-    const FusedAttentionSwitch path(flash == 1);
-    results[flash] = outputs_and_gradients(attention, x0, grad);
-  }
-  expect_close(results[1], results[0], 2e-4, "flash against the default path");
-}
-
-// With the flash path off, cqk::Attention runs its coupling, QK-norm (qknorm
-// kind) and RoPE in the fused coupling kernel; it must give what the ATen
+// cqk::Attention runs its coupling, QK-norm (qknorm kind) and RoPE in the
+// fused coupling kernel; it must give what the ATen
 // coupling, RMSNorm and RoPE give, with gradients and without (inference keeps
 // no coupled outputs).
 TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
   CQK_REQUIRE_GPU();
-  const FusedAttentionSwitch no_flash(false);
   const ModuleCase cases[] = {{cqk::AttentionKind::Vanilla, false},
                               {cqk::AttentionKind::Differential, false},
                               {cqk::AttentionKind::Differential, true},

@@ -1,6 +1,5 @@
 #pragma once
-// GPU checks of the fused affine coupling and of the flash coupled attention
-// (kernels/attention_kernels.cu) against the ATen path, shared by the
+// GPU checks of the fused affine coupling against the ATen path, shared by the
 // GoogleTest suite (tests/fused_coupling_test.cpp) and the standalone
 // cqk_kernel_bench --check (which scripts/gpu_check.sh runs where GoogleTest and
 // the other dependencies of the full build are missing). Host-side torch code:
@@ -23,7 +22,6 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
 #include "check_support.h"
@@ -39,14 +37,6 @@ struct Case {
   int64_t tokens_per_block = 0;   // > 0: forces CQK_FUSED_TOKENS_PER_BLOCK (several batches per block)
   bool qk_norm = false;           // the coupling kernels also apply QK-norm (random weights, eps kNormEps)...
   bool rope = false;              // ... and RoPE (base kRopeBase) to their outputs
-  // Attention only: (q, k) pairs per value head (2: differential attention,
-  // value head dim 2 * head_dim), and one coupling per (pair, head) instead of
-  // one per head shared by the pairs.
-  int64_t pairs = 1;
-  bool separate_pairs = false;
-  // Attention only: a shape some devices lack the shared memory for (head dim
-  // 128 with values of 256 needs 226 KB: sm_90, not sm_80), skipped there.
-  bool skip_where_unsupported = false;
 
   std::string name() const {
     std::ostringstream s;
@@ -56,12 +46,10 @@ struct Case {
     if (tokens_per_block > 0) s << " tpb" << tokens_per_block;
     if (qk_norm) s << " qk-norm";
     if (rope) s << " rope";
-    if (pairs > 1) s << " diff" << (separate_pairs ? " separate-pairs" : "");
     return s.str();
   }
-  int64_t value_dim() const { return pairs > 1 ? 2 * head_dim : head_dim; }
   CouplingOptions options() const {
-    return CouplingOptions(CouplingKind::Affine, separate_pairs ? pairs * heads : heads, head_dim)
+    return CouplingOptions(CouplingKind::Affine, heads, head_dim)
         .hidden(hidden)
         .steps(steps)
         .shared_across_heads(shared);
@@ -196,20 +184,10 @@ inline void randomise(QKCoupling& coupling) {
 }
 
 // [b, h, t, dim] of `dtype` on the GPU: contiguous, or a transposed view of [b, t, h, dim].
-inline at::Tensor input(const Case& c, int64_t dim) {
+inline at::Tensor input(const Case& c) {
   const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  if (c.strided) return at::randn({c.batch, c.time, c.heads, dim}, options).to(c.dtype).transpose(1, 2);
-  return at::randn({c.batch, c.heads, c.time, dim}, options).to(c.dtype);
-}
-inline at::Tensor input(const Case& c) { return input(c, c.head_dim); }
-
-// [b, pairs, h, t, dim]: contiguous, or strided as the differential module's
-// view of [b, t, h * pairs * dim] (pair p of head h is head h * pairs + p).
-inline at::Tensor paired_input(const Case& c, int64_t dim) {
-  const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  if (c.strided)
-    return at::randn({c.batch, c.time, c.heads, c.pairs, dim}, options).to(c.dtype).permute({0, 3, 2, 1, 4});
-  return at::randn({c.batch, c.pairs, c.heads, c.time, dim}, options).to(c.dtype);
+  if (c.strided) return at::randn({c.batch, c.time, c.heads, c.head_dim}, options).to(c.dtype).transpose(1, 2);
+  return at::randn({c.batch, c.heads, c.time, c.head_dim}, options).to(c.dtype);
 }
 
 // A coupling on the GPU with random weights (randomise), and its float64 copy for the reference.
@@ -360,123 +338,6 @@ inline Result check_module_dispatch(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < grads[0].size(); ++i)
     compare(result, "module grad " + std::to_string(i), grads[1][i], grads[0][i], tolerance);
   return result;
-}
-
-// The flash coupled attention against coupling + RoPE + causal softmax
-// attention by autograd in float64, on fresh random inputs: the output and the
-// gradients of q, k, v and every coupling weight. One pair: the vanilla entry
-// point on [b, h, t, d]; two: the paired one (differential attention's A1 v
-// and A2 v, v shared), the reference coupling the pairs in the differential
-// module's layout. The output buffer is allocated inside the autograd
-// function, so the check poisons the caching allocator instead: a freed NaN
-// block of the output's size is what the function's allocation gets back.
-inline Result check_coupled_attention(const Case& c, uint64_t seed, bool rope = true) {
-  using namespace detail;
-  Result result;
-  at::manual_seed(seed);
-  const auto options = c.options();
-  QKCoupling coupling = random_coupling(options);
-  QKCoupling reference = float64_copy(coupling);
-  const std::optional<double> rope_base = rope ? std::optional<double>(10000.0) : std::nullopt;
-
-  const auto q0 = paired_input(c, c.head_dim), k0 = paired_input(c, c.head_dim), v0 = input(c, c.value_dim()),
-             grad_o = paired_input(c, c.value_dim());
-  auto q_ref = q0.to(at::kDouble).requires_grad_(), k_ref = k0.to(at::kDouble).requires_grad_(),
-       v_ref = v0.to(at::kDouble).requires_grad_();
-  const auto sizes = q0.sizes();
-  const auto layout = [&](const at::Tensor& t) {  // forward_differential's: pairs into heads or into the batch
-    return c.separate_pairs ? t.reshape({c.batch, c.pairs * c.heads, c.time, c.head_dim})
-                            : t.reshape({c.batch * c.pairs, c.heads, c.time, c.head_dim});
-  };
-  auto [qc, kc] = reference->transform(layout(q_ref), layout(k_ref));
-  if (rope_base) qc = apply_rope(qc, *rope_base), kc = apply_rope(kc, *rope_base);
-  qc = qc.reshape(sizes), kc = kc.reshape(sizes);
-  std::vector<at::Tensor> pair_outputs;
-  for (int64_t p = 0; p < c.pairs; ++p)
-    pair_outputs.push_back(at::scaled_dot_product_attention(qc.select(1, p), kc.select(1, p), v_ref,
-                                                            /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true));
-  const auto o_ref = at::stack(pair_outputs, 1);
-  o_ref.backward(grad_o.to(at::kDouble));
-
-  auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-  if (c.skip_where_unsupported) {
-    const bool was_enabled = fused_attention_enabled();
-    set_fused_attention_enabled(true);
-    const bool applies = fused_paired_coupled_attention_applies(*coupling, q, k, v);
-    set_fused_attention_enabled(was_enabled);
-    if (!applies) {
-      result.report = "skipped: the device's shared memory cannot take " + c.name() + "\n";
-      return result;
-    }
-  }
-  { const auto poison = poisoned(grad_o); }
-  const auto o = c.pairs == 1 ? fused_coupled_attention(*coupling, q.squeeze(1), k.squeeze(1), v, rope_base).unsqueeze(1)
-                              : fused_paired_coupled_attention(*coupling, q, k, v, rope_base);
-  o.backward(grad_o);
-  // The emulation tests' tolerances (fused_attention_emulation_test.cpp), about
-  // 3x the largest errors the emulator measured (2026-12-03), the same margin
-  // as Case's. dq and dk carry the softmax backward's cancellation p (dp - delta)
-  // (measured 6.5e-5 in fp32, against 7.7e-7 for dv), and so do the coupling's
-  // weight gradients, which come from them.
-  const bool bf16 = c.dtype == at::kBFloat16;
-  const double through_scores = bf16 ? 2.5e-2 : 2e-4;
-  compare(result, "attention o", o, o_ref, bf16 ? 8e-3 : 1e-5);
-  compare(result, "attention dq", q.grad(), q_ref.grad(), through_scores);
-  compare(result, "attention dk", k.grad(), k_ref.grad(), through_scores);
-  compare(result, "attention dv", v.grad(), v_ref.grad(), bf16 ? 1e-2 : 3e-6);
-  const auto params = coupling->named_parameters(), ref_params = reference->named_parameters();
-  for (const auto& p : params)
-    compare(result, "attention d" + p.key(), p.value().grad(), ref_params[p.key()].grad(), through_scores);
-  return result;
-}
-
-// Cases of the flash coupled attention: odd and tile-multiple lengths, both
-// head dims, shared weights, strided inputs, both dtypes; differential
-// attention's two pairs (head dims 64 and 128) with one coupling per head,
-// separate couplings per pair, and one for all.
-inline std::vector<Case> attention_cases() {
-  std::vector<Case> cases;
-  for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    Case c;
-    c.dtype = dtype;
-    c.time = 1;
-    cases.push_back(c);
-    c.time = 100;
-    cases.push_back(c);
-    Case wide = c;
-    wide.head_dim = 128;
-    wide.time = 192;
-    wide.hidden = 16;
-    cases.push_back(wide);
-    Case shared = c;
-    shared.shared = true;
-    shared.steps = 3;
-    shared.time = 257;
-    shared.strided = true;
-    cases.push_back(shared);
-    // Differential attention (head dim 64, values 128): both maps in one launch.
-    Case diff = c;
-    diff.pairs = 2;
-    diff.strided = true;
-    cases.push_back(diff);
-    Case separate = diff;
-    separate.separate_pairs = true;
-    separate.time = 257;
-    separate.steps = 3;
-    cases.push_back(separate);
-    Case diff_shared = diff;  // one coupling for every head and pair
-    diff_shared.shared = true;
-    diff_shared.time = 1;
-    diff_shared.hidden = 16;
-    cases.push_back(diff_shared);
-    Case diff_wide = separate;  // head dim 128, values 256: the backward reads the weights from global memory
-    diff_wide.head_dim = 128;
-    diff_wide.time = 130;
-    diff_wide.steps = 2;
-    diff_wide.skip_where_unsupported = true;
-    cases.push_back(diff_wide);
-  }
-  return cases;
 }
 
 }  // namespace cqk::fused_check

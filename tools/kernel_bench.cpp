@@ -1,5 +1,5 @@
-// cqk_kernel_bench: GPU checks and timings of the fused affine coupling and of
-// the flash coupled attention.
+// cqk_kernel_bench: GPU checks and timings of the product attention path
+// (the fused affine coupling, with RoPE in its pass, feeding torch's SDPA).
 //
 //   cqk_kernel_bench --check [--quick] the checks of tests/fused_coupling_test.cpp
 //                                      (tools/fused_check.h); exit 1 on failure;
@@ -7,20 +7,22 @@
 //   cqk_kernel_bench --bench [options] forward and forward+backward timings, a markdown table:
 //       --times 512,1024,2048 --batch 8 --heads 12 --dim 64 --hidden 8 --steps 2
 //       --dtypes bf16,fp32 --iters 20 --warmup 5
-//       --json: one JSON object per row instead (scripts/gpu_bundle/run.sh)
+//       --path NAME[,NAME...]: time only these paths (default: all); one path
+//                  per process keeps a CUDA fault in one from failing the others
+//       --json: one JSON object per (path, dtype, T) instead (scripts/gpu_bundle/run.sh)
 //
-// Rows per (dtype, T): SDPA alone (causal, no coupling); the ATen coupling +
-// SDPA; the fused coupling + SDPA; the coupling alone, ATen and fused; the
-// fused kernels alone with their achieved memory bandwidth; the flash coupled
-// attention (coupling + RoPE + attention in one kernel per pass); the same for
-// differential attention (heads / 2 heads of two pairs, values of 2 * dim,
-// both maps in one launch) against its default path (coupling, RoPE, one SDPA
-// per pair). The default paths couple and rotate as cqk::Attention does: in
-// the fused coupling kernel where it applies. Times are medians
-// of per-iteration CUDA-event times; TFLOP/s counts attention's causal
-// FLOPs (forward 2 B H T^2 d, forward+backward 7 B H T^2 d) for every path
-// that includes attention. The forward alone is the training forward
-// (autograd records), so forward+backward minus forward is the backward.
+// Paths, each causal attention over [batch, heads, T, dim] q, k, v:
+//   sdpa                 SDPA alone, torch's backend order
+//   sdpa-cudnn           SDPA alone, cuDNN first (train.sdpa_backend: cudnn)
+//   rope-sdpa            RoPE (one pass per tensor) + SDPA: the base model's path
+//   fused-coupling-rope  the fused coupling with RoPE in its pass + SDPA: the coupled model's path
+//   fused-coupling       the fused coupling + SDPA; also the coupling alone and its kernels' bandwidth
+//   aten-coupling        the ATen coupling + SDPA; also the coupling alone
+// Times are medians of per-iteration CUDA-event times; TFLOP/s counts
+// attention's causal FLOPs (forward 2 B H T^2 d, forward+backward 7 B H T^2 d).
+// The forward alone is the training forward (autograd records), so
+// forward+backward minus forward is the backward. "coupling share" is the
+// coupled path's extra time over the base's, in percent of the base's.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
@@ -39,15 +41,19 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rope.h"
+#include "cqk/sdpa_backend.h"
 #include "tools/fused_check.h"
 
 namespace {
 
+const std::vector<std::string> kPaths{"sdpa", "sdpa-cudnn", "rope-sdpa", "fused-coupling-rope", "fused-coupling",
+                                      "aten-coupling"};
+
 struct Options {
   bool check = false, bench = false, quick = false, json = false;
+  std::vector<std::string> paths = kPaths;
   std::vector<int64_t> times{512, 1024, 2048};
   int64_t batch = 8, heads = 12, dim = 64, hidden = 8, steps = 2;
   std::vector<std::string> dtypes{"bf16", "fp32"};
@@ -64,8 +70,10 @@ std::vector<std::string> split(const std::string& s) {
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--check [--quick]] [--bench [--json]] [--times 512,1024,2048] [--batch 8] [--heads 12] [--dim 64]\n"
-               "          [--hidden 8] [--steps 2] [--dtypes bf16,fp32] [--iters 20] [--warmup 5]\n",
+               "usage: %s [--check [--quick]] [--bench [--json] [--path NAME,...]] [--times 512,1024,2048] [--batch 8]\n"
+               "          [--heads 12] [--dim 64] [--hidden 8] [--steps 2] [--dtypes bf16,fp32] [--iters 20]\n"
+               "          [--warmup 5]\n"
+               "paths: sdpa, sdpa-cudnn, rope-sdpa, fused-coupling-rope, fused-coupling, aten-coupling\n",
                argv0);
   return 2;
 }
@@ -121,66 +129,8 @@ int run_checks(bool quick) {
       if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
     }
   }
-  for (const auto& c : cqk::fused_check::attention_cases()) {
-    if (quick && c.time > 100) continue;
-    for (bool rope : {true, false}) {
-      const auto r = cqk::fused_check::check_coupled_attention(c, seed++, rope);
-      std::printf("%s flash    %-48s worst rel err %.3g\n", r.ok ? "PASS" : "FAIL",
-                  (c.name() + (rope ? " rope" : " no rope")).c_str(), r.worst);
-      if (!r.ok) std::printf("%s", r.report.c_str()), ++failures;
-    }
-  }
   std::printf("checks: %d failed\n", failures);
   return failures == 0 ? 0 : 1;
-}
-
-// The coupling and RoPE of the attention's default (non-flash) path: one
-// fused kernel where it applies, as the q/k path (src/ops/qk_path.h) does.
-std::pair<at::Tensor, at::Tensor> coupled_and_rotated(cqk::QKCoupling& coupling, const at::Tensor& q,
-                                                      const at::Tensor& k) {
-  constexpr double kBase = 10000.0;
-  if (cqk::fused_affine_coupling_applies(*coupling, q, k)) return cqk::fused_affine_coupling(*coupling, q, k, kBase);
-  const auto [a, b] = coupling->forward(q, k);
-  return {cqk::apply_rope(a, kBase), cqk::apply_rope(b, kBase)};
-}
-
-// Differential attention's two maps, forward+backward, with the same total
-// q/k heads as the vanilla rows (heads / 2 heads of two pairs, one coupling
-// per head shared by the pairs, values of 2 * dim): the default path (the
-// coupling with the pairs folded into the batch, RoPE, one SDPA per pair)
-// and the flash kernel (0 when it does not apply).
-std::pair<double, double> time_differential(const Options& o, int64_t T, at::ScalarType dtype) {
-  if (o.heads < 2 || o.heads % 2 != 0) return {0.0, 0.0};  // differential heads are pairs of q/k heads
-  const int64_t heads = o.heads / 2;
-  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
-  auto coupling =
-      cqk::QKCoupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, heads, o.dim).hidden(o.hidden).steps(o.steps));
-  coupling->to(at::kCUDA);
-  {
-    at::NoGradGuard no_grad;
-    for (auto& p : coupling->parameters()) p.copy_(at::randn_like(p) * 0.2);
-  }
-  auto q = at::randn({o.batch, 2, heads, T, o.dim}, opts).requires_grad_();
-  auto k = at::randn({o.batch, 2, heads, T, o.dim}, opts).requires_grad_();
-  auto v = at::randn({o.batch, heads, T, 2 * o.dim}, opts).requires_grad_();
-  const auto grad_out = at::randn({o.batch, 2, heads, T, 2 * o.dim}, opts);
-  const auto default_step = [&] {
-    const auto folded = [&](const at::Tensor& t) { return t.reshape({o.batch * 2, heads, T, o.dim}); };
-    auto [a, b] = coupled_and_rotated(coupling, folded(q), folded(k));
-    a = a.reshape(q.sizes());
-    b = b.reshape(k.sizes());
-    std::vector<at::Tensor> maps;
-    for (int64_t p = 0; p < 2; ++p)
-      maps.push_back(at::scaled_dot_product_attention(a.select(1, p), b.select(1, p), v, /*attn_mask=*/{},
-                                                      /*dropout_p=*/0.0, /*is_causal=*/true));
-    at::stack(maps, 1).backward(grad_out);
-  };
-  const auto flash_step = [&] { cqk::fused_paired_coupled_attention(*coupling, q, k, v, 10000.0).backward(grad_out); };
-  const bool was_enabled = cqk::fused_attention_enabled();
-  cqk::set_fused_attention_enabled(true);  // applies() asks the switch; the timing calls the path directly
-  const bool flash = cqk::fused_paired_coupled_attention_applies(*coupling, q, k, v);
-  cqk::set_fused_attention_enabled(was_enabled);
-  return {time_ms(default_step, o.warmup, o.iters), flash ? time_ms(flash_step, o.warmup, o.iters) : 0.0};
 }
 
 // Median milliseconds of one path, forward alone and forward+backward.
@@ -188,24 +138,27 @@ struct Times {
   double fwd = 0, fwd_bwd = 0;
 };
 
-// One (dtype, T) row of the table; 0 where a path does not apply.
+// One (path, dtype, T) measurement; 0 for what the path does not have.
 struct Row {
-  std::string dtype;
+  std::string path, dtype, sdpa_backend;
   int64_t T = 0;
-  Times sdpa, aten, fused, flash, default_rope;  // default_rope: fused coupling + RoPE + SDPA, flash's baseline
-  bool fused_applies = false, flash_applies = false;
-  double coupling_aten = 0, coupling_fused = 0;  // the coupling alone, forward+backward
-  double kernel_fwd = 0, kernel_bwd = 0;         // the fused kernels alone
+  bool applies = true;  // false: a fused path that did not take these inputs (not timed)
+  Times times;
+  double fwd_flops = 0, fwd_bwd_flops = 0;  // causal attention: 2 and 7 B H T^2 d
+  double coupling_fwd_bwd = 0;              // the coupling alone (fused-coupling, aten-coupling)
+  double kernel_fwd = 0, kernel_bwd = 0;    // the fused kernels alone (fused-coupling)
   double kernel_fwd_gbs = 0, kernel_bwd_gbs = 0;
-  double diff_default = 0, diff_flash = 0;       // differential attention, forward+backward
-  double fwd_flops = 0, fwd_bwd_flops = 0;       // causal attention: 2 and 7 B H T^2 d
 };
 
-Row measure_row(const Options& o, const std::string& dtype_name, int64_t T) {
+constexpr double kRopeBase = 10000.0;
+
+Row measure(const Options& o, const std::string& path, const std::string& dtype_name, int64_t T) {
   Row r;
+  r.path = path;
   r.dtype = dtype_name;
   r.T = T;
-  const auto dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
+  const bool bf16 = dtype_name == "bf16";
+  const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
   at::manual_seed(T);
   const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
   auto coupling =
@@ -237,21 +190,33 @@ Row measure_row(const Options& o, const std::string& dtype_name, int64_t T) {
     auto [a, b] = coupling->forward(q, k);
     torch::autograd::backward({a, b}, {grad_out, grad_k});
   };
-  const bool was_enabled = cqk::fused_coupling_enabled();
-  r.sdpa = timed([&] { return sdpa(q, k); });
-  cqk::set_fused_coupling_enabled(false);
-  r.aten = timed(coupled_sdpa);
-  r.coupling_aten = time_ms(coupling_step, o.warmup, o.iters);
-  cqk::set_fused_coupling_enabled(true);
-  r.fused_applies = cqk::fused_affine_coupling_applies(*coupling, q, k);
-  r.fused = timed(coupled_sdpa);
-  r.coupling_fused = time_ms(coupling_step, o.warmup, o.iters);
-  cqk::set_fused_coupling_enabled(was_enabled);
 
-  // The kernels alone, and the bandwidth they reach: forward reads q, k
-  // and writes q', k'; backward reads q', k', dq', dk' and writes dq, dk.
-  const double bytes = static_cast<double>(o.batch * o.heads * T * o.dim) * static_cast<double>(at::elementSize(dtype));
-  if (r.fused_applies) {
+  cqk::use_sdpa_backend(path == "sdpa-cudnn" ? cqk::SdpaBackend::CuDnn : cqk::SdpaBackend::Auto);
+  r.sdpa_backend = cqk::sdpa_backend_for(o.batch, o.heads, T, o.dim, bf16, /*cuda=*/true);
+  const bool was_enabled = cqk::fused_coupling_enabled();
+  cqk::set_fused_coupling_enabled(path != "aten-coupling");
+  if (path == "sdpa" || path == "sdpa-cudnn") {
+    r.times = timed([&] { return sdpa(q, k); });
+  } else if (path == "rope-sdpa") {
+    r.times = timed([&] { return sdpa(cqk::apply_rope(q, kRopeBase), cqk::apply_rope(k, kRopeBase)); });
+  } else if (path == "fused-coupling-rope") {
+    r.applies = cqk::fused_affine_coupling_applies(*coupling, q, k);
+    if (r.applies) r.times = timed([&] {
+        const auto [a, b] = cqk::fused_affine_coupling(*coupling, q, k, kRopeBase);
+        return sdpa(a, b);
+      });
+  } else {  // fused-coupling, aten-coupling
+    r.applies = path == "aten-coupling" || cqk::fused_affine_coupling_applies(*coupling, q, k);
+    if (r.applies) {
+      r.times = timed(coupled_sdpa);
+      r.coupling_fwd_bwd = time_ms(coupling_step, o.warmup, o.iters);
+    }
+  }
+  if (path == "fused-coupling" && r.applies) {
+    // The kernels alone, and the bandwidth they reach: forward reads q, k
+    // and writes q', k'; backward reads q', k', dq', dk' and writes dq, dk.
+    const double bytes =
+        static_cast<double>(o.batch * o.heads * T * o.dim) * static_cast<double>(at::elementSize(dtype));
     const auto options = coupling->options();
     const auto weights = cqk::fused::affine_weights(*coupling);
     const auto qd = q.detach(), kd = k.detach();
@@ -268,21 +233,29 @@ Row measure_row(const Options& o, const std::string& dtype_name, int64_t T) {
     r.kernel_fwd_gbs = 4 * bytes / (r.kernel_fwd * 1e-3) / 1e9;
     r.kernel_bwd_gbs = 6 * bytes / (r.kernel_bwd * 1e-3) / 1e9;
   }
-  // The flash kernel against the default path for the same work (coupling, RoPE, attention).
-  const bool flash_was_enabled = cqk::fused_attention_enabled();
-  cqk::set_fused_attention_enabled(true);  // applies() asks the switch; the timing calls the path directly
-  r.flash_applies = cqk::fused_coupled_attention_applies(*coupling, q, k, v);
-  cqk::set_fused_attention_enabled(flash_was_enabled);
-  r.default_rope = timed([&] {
-    const auto [a, b] = coupled_and_rotated(coupling, q, k);
-    return sdpa(a, b);
-  });
-  if (r.flash_applies) r.flash = timed([&] { return cqk::fused_coupled_attention(*coupling, q, k, v, 10000.0); });
-  std::tie(r.diff_default, r.diff_flash) = time_differential(o, T, dtype);
+  cqk::set_fused_coupling_enabled(was_enabled);
+  cqk::use_sdpa_backend(cqk::SdpaBackend::Auto);
   const double pairs = static_cast<double>(o.batch * o.heads) * T * T * o.dim;
   r.fwd_flops = 2.0 * pairs;
   r.fwd_bwd_flops = 7.0 * pairs;
   return r;
+}
+
+// One JSON object per row and line, for scripts/gpu_bundle/report.py: times in ms, FLOPs per call.
+void print_json(const Options& o, const Row& r) {
+  std::printf("{\"path\": \"%s\", \"dtype\": \"%s\", \"T\": %lld, \"batch\": %lld, \"heads\": %lld, \"dim\": %lld, "
+              "\"hidden\": %lld, \"steps\": %lld, \"fwd_flops\": %.6g, \"fwd_bwd_flops\": %.6g, \"applies\": %s, "
+              "\"fwd_ms\": %.6g, \"fwd_bwd_ms\": %.6g, \"sdpa_backend\": \"%s\"",
+              r.path.c_str(), r.dtype.c_str(), static_cast<long long>(r.T), static_cast<long long>(o.batch),
+              static_cast<long long>(o.heads), static_cast<long long>(o.dim), static_cast<long long>(o.hidden),
+              static_cast<long long>(o.steps), r.fwd_flops, r.fwd_bwd_flops, r.applies ? "true" : "false",
+              r.times.fwd, r.times.fwd_bwd, r.sdpa_backend.c_str());
+  if (r.path == "fused-coupling" || r.path == "aten-coupling")
+    std::printf(", \"coupling_fwd_bwd_ms\": %.6g", r.coupling_fwd_bwd);
+  if (r.path == "fused-coupling")
+    std::printf(", \"kernel_fwd_ms\": %.6g, \"kernel_fwd_gbs\": %.6g, \"kernel_bwd_ms\": %.6g, \"kernel_bwd_gbs\": %.6g",
+                r.kernel_fwd, r.kernel_fwd_gbs, r.kernel_bwd, r.kernel_bwd_gbs);
+  std::printf("}\n");
 }
 
 void print_markdown_header(const Options& o) {
@@ -291,64 +264,60 @@ void print_markdown_header(const Options& o) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  std::printf("\n## Fused coupling benchmark, %s, %s (%d SMs), torch %s\n", date, prop.name,
+  std::printf("\n## Attention path benchmark, %s, %s (%d SMs), torch %s\n", date, prop.name,
               prop.multiProcessorCount, TORCH_VERSION);
-  std::printf("batch %lld, heads %lld, head dim %lld, hidden %lld, steps %lld, causal; medians of %d (ms); "
-              "TFLOP/s of forward+backward\n\n",
+  std::printf("batch %lld, heads %lld, head dim %lld, hidden %lld, steps %lld, causal; medians of %d; "
+              "forward+backward ms (TFLOP/s)\n\n",
               static_cast<long long>(o.batch), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
               static_cast<long long>(o.hidden), static_cast<long long>(o.steps), o.iters);
-  std::printf("| dtype | T | SDPA fwd | SDPA fwd+bwd | TFLOP/s | ATen coupling + SDPA fwd | fwd+bwd | TFLOP/s | "
-              "fused coupling + SDPA fwd | fwd+bwd | TFLOP/s | fused / SDPA | fused vs ATen (total) | coupling ATen | "
-              "coupling fused | coupling speedup | fused fwd kernel (GB/s) | fused bwd kernel (GB/s) | flash coupled "
-              "attention + RoPE fwd | fwd+bwd | TFLOP/s | flash / (fused coupling + RoPE + SDPA) | diff: default path "
-              "| diff: flash | diff: flash / default |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| dtype | T |");
+  for (const auto& path : o.paths) std::printf(" %s |", path.c_str());
+  std::printf(" cuDNN / default SDPA | coupled / base | coupling share | fused coupling alone vs ATen |\n|---|---|");
+  for (std::size_t i = 0; i < o.paths.size() + 4; ++i) std::printf("---|");
+  std::printf("\n");
 }
 
-void print_markdown(const Row& r) {
-  const auto tflops = [&](double ms) { return ms > 0 ? r.fwd_bwd_flops / (ms * 1e-3) / 1e12 : 0.0; };
-  std::printf("| %s | %lld | %.3f | %.3f | %.0f | %.3f | %.3f | %.0f | %.3f | %.3f%s | %.0f | %.2fx | %.2fx faster | "
-              "%.3f | %.3f | %.1fx | %.3f (%.0f) | %.3f (%.0f) | %.3f | %.3f%s | %.0f | %.2fx | %.3f | %.3f%s | %.2fx |\n",
-              r.dtype.c_str(), static_cast<long long>(r.T), r.sdpa.fwd, r.sdpa.fwd_bwd, tflops(r.sdpa.fwd_bwd),
-              r.aten.fwd, r.aten.fwd_bwd, tflops(r.aten.fwd_bwd), r.fused.fwd, r.fused.fwd_bwd,
-              r.fused_applies ? "" : " (ATen!)", tflops(r.fused.fwd_bwd), r.fused.fwd_bwd / r.sdpa.fwd_bwd,
-              r.aten.fwd_bwd / r.fused.fwd_bwd, r.coupling_aten, r.coupling_fused, r.coupling_aten / r.coupling_fused,
-              r.kernel_fwd, r.kernel_fwd_gbs, r.kernel_bwd, r.kernel_bwd_gbs, r.flash.fwd, r.flash.fwd_bwd,
-              r.flash_applies ? "" : " (n/a)", tflops(r.flash.fwd_bwd),
-              r.flash_applies ? r.flash.fwd_bwd / r.default_rope.fwd_bwd : 0.0, r.diff_default, r.diff_flash,
-              r.diff_flash > 0 ? "" : " (n/a)", r.diff_flash > 0 ? r.diff_flash / r.diff_default : 0.0);
-}
-
-// One JSON object per row and line, for scripts/gpu_bundle/report.py: times in ms, FLOPs per call.
-void print_json(const Options& o, const Row& r) {
-  const auto times = [](const Times& t) {
-    char s[96];
-    std::snprintf(s, sizeof s, "{\"fwd_ms\": %.6g, \"fwd_bwd_ms\": %.6g}", t.fwd, t.fwd_bwd);
+// One (dtype, T) line over the paths measured; "-" where a path or a ratio is missing.
+void print_markdown(const std::vector<Row>& rows) {
+  const auto find = [&](const char* path) -> const Row* {
+    for (const auto& r : rows)
+      if (r.path == path && r.applies && r.times.fwd_bwd > 0) return &r;
+    return nullptr;
+  };
+  const auto ratio = [](double a, double b, const char* format) {
+    char s[32];
+    std::snprintf(s, sizeof s, format, a / b);
     return std::string(s);
   };
-  std::printf("{\"dtype\": \"%s\", \"T\": %lld, \"batch\": %lld, \"heads\": %lld, \"dim\": %lld, \"hidden\": %lld, "
-              "\"steps\": %lld, \"fwd_flops\": %.6g, \"fwd_bwd_flops\": %.6g, \"sdpa\": %s, \"aten_coupling_sdpa\": %s, "
-              "\"fused_coupling_sdpa\": %s, \"fused_applies\": %s, \"flash_coupled_attention\": %s, "
-              "\"flash_applies\": %s, \"fused_coupling_rope_sdpa\": %s, \"coupling_aten_fwd_bwd_ms\": %.6g, "
-              "\"coupling_fused_fwd_bwd_ms\": %.6g, \"kernel_fwd_ms\": %.6g, \"kernel_fwd_gbs\": %.6g, "
-              "\"kernel_bwd_ms\": %.6g, \"kernel_bwd_gbs\": %.6g, \"diff_default_fwd_bwd_ms\": %.6g, "
-              "\"diff_flash_fwd_bwd_ms\": %.6g}\n",
-              r.dtype.c_str(), static_cast<long long>(r.T), static_cast<long long>(o.batch),
-              static_cast<long long>(o.heads), static_cast<long long>(o.dim), static_cast<long long>(o.hidden),
-              static_cast<long long>(o.steps), r.fwd_flops, r.fwd_bwd_flops, times(r.sdpa).c_str(),
-              times(r.aten).c_str(), times(r.fused).c_str(), r.fused_applies ? "true" : "false",
-              times(r.flash).c_str(), r.flash_applies ? "true" : "false", times(r.default_rope).c_str(),
-              r.coupling_aten, r.coupling_fused, r.kernel_fwd, r.kernel_fwd_gbs, r.kernel_bwd, r.kernel_bwd_gbs,
-              r.diff_default, r.diff_flash);
+  std::printf("| %s | %lld |", rows.front().dtype.c_str(), static_cast<long long>(rows.front().T));
+  for (const auto& r : rows) {
+    if (!r.applies) std::printf(" did not apply |");
+    else std::printf(" %.3f (%.0f) [%s] |", r.times.fwd_bwd, r.fwd_bwd_flops / (r.times.fwd_bwd * 1e-3) / 1e12,
+                     r.sdpa_backend.c_str());
+  }
+  const Row *sdpa = find("sdpa"), *cudnn = find("sdpa-cudnn"), *base = find("rope-sdpa"),
+            *coupled = find("fused-coupling-rope"), *fused = find("fused-coupling"), *aten = find("aten-coupling");
+  std::printf(" %s |", sdpa && cudnn ? ratio(cudnn->times.fwd_bwd, sdpa->times.fwd_bwd, "%.2fx").c_str() : "-");
+  std::printf(" %s |", base && coupled ? ratio(coupled->times.fwd_bwd, base->times.fwd_bwd, "%.3fx").c_str() : "-");
+  std::printf(" %s |", base && coupled
+                           ? ratio(coupled->times.fwd_bwd - base->times.fwd_bwd, base->times.fwd_bwd / 100.0, "%.1f%%")
+                                 .c_str()
+                           : "-");
+  std::printf(" %s |\n",
+              fused && aten ? ratio(aten->coupling_fwd_bwd, fused->coupling_fwd_bwd, "%.1fx faster").c_str() : "-");
 }
 
 void run_bench(const Options& o) {
   if (!o.json) print_markdown_header(o);
   for (const auto& dtype_name : o.dtypes) {
     for (int64_t T : o.times) {
-      const Row r = measure_row(o, dtype_name, T);
-      o.json ? print_json(o, r) : print_markdown(r);
-      std::fflush(stdout);
+      std::vector<Row> rows;
+      for (const auto& path : o.paths) {
+        rows.push_back(measure(o, path, dtype_name, T));
+        if (o.json) print_json(o, rows.back());
+        std::fflush(stdout);
+      }
+      if (!o.json) print_markdown(rows);
     }
   }
 }
@@ -368,6 +337,12 @@ int main(int argc, char** argv) {
       else if (arg == "--quick") o.quick = true;
       else if (arg == "--bench") o.bench = true;
       else if (arg == "--json") o.json = true;
+      else if (arg == "--path") {
+        o.paths = split(value());
+        for (const auto& p : o.paths)
+          if (std::find(kPaths.begin(), kPaths.end(), p) == kPaths.end())
+            throw std::invalid_argument("--path: unknown path '" + p + "'");
+      }
       else if (arg == "--times") {
         o.times.clear();
         for (const auto& t : split(value())) o.times.push_back(std::stoll(t));

@@ -178,9 +178,7 @@ ops::BeforeScoring AttentionImpl::before_scoring() const {
 }
 
 ops::Scoring AttentionImpl::scoring() const {
-  // Every kind but MultiToken scores with softmax attention (SDPA).
-  return {[this](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return score(q, k, v); },
-          options_.causal() && options_.kind() != AttentionKind::MultiToken};
+  return {[this](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return score(q, k, v); }};
 }
 
 at::Tensor AttentionImpl::multi_token_logits(const at::Tensor& q, const at::Tensor& k) const {
@@ -234,7 +232,7 @@ at::Tensor AttentionImpl::forward_differential(const at::Tensor& q, const at::Te
   const auto [a1v, a2v] = ops::paired_coupled_attention(*coupling_, by_pair(q), by_pair(k), v, before_scoring(),
                                                         pair_coupling_shape(batch, time), scoring());
   const auto lambda = at::exp((lambda_q1 * lambda_k1).sum()) - at::exp((lambda_q2 * lambda_k2).sum()) + lambda_init_;
-  // (A1 - lambda A2) V = A1 V - lambda A2 V: two fused attention calls (or one flash launch for both).
+  // (A1 - lambda A2) V = A1 V - lambda A2 V: two SDPA calls.
   const auto out = head_norm(a1v - lambda.to(a1v.scalar_type()) * a2v) * (1.0 - lambda_init_);
   return out_proj(merge_heads(out));
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The affine coupling's options and RoPE tables through an autograd context:
-// the fused autograd functions (the CUDA and CPU coupling, the CUDA flash
-// attention) save them in the forward and rebuild them in the backward.
+// the fused autograd functions (the CUDA and the CPU coupling) save them in
+// the forward and rebuild them in the backward.
 // Internal to the library.
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -3,8 +3,7 @@
 // launchers in kernels/ and the CPU kernel in src/simd/, which take the same
 // argument types (kernels/coupling_kernels.h): element types, row strides,
 // readable copies, coupling weights and their gradients, the stream. Internal
-// to the library (src/ops/fused_coupling.cpp, src/ops/fused_attention.cpp,
-// src/ops/cpu_coupling.cpp); kernel_readable and current_stream are in CUDA builds only.
+// to the library (src/ops/fused_coupling.cpp, src/ops/cpu_coupling.cpp); kernel_readable and current_stream are in CUDA builds only.
 #include <ATen/core/Tensor.h>
 
 #include <string>

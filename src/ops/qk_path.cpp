@@ -5,7 +5,6 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "cqk/fused_attention.h"
 #include "cqk/fused_coupling.h"
 #include "cqk/rms_norm.h"
 #include "cqk/rope.h"
@@ -75,8 +74,6 @@ std::pair<at::Tensor, at::Tensor> couple(QKCouplingImpl& coupling, const at::Ten
 
 at::Tensor coupled_attention(QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const BeforeScoring& before, const Scoring& scoring) {
-  if (scoring.causal_softmax && !before.q_norm && fused_coupled_attention_applies(coupling, q, k, v))
-    return fused_coupled_attention(coupling, q, k, v, before.rope_base);
   const auto [q_ready, k_ready] = couple(coupling, q, k, before);
   return scoring.score(q_ready, k_ready, v);
 }
@@ -86,11 +83,6 @@ std::pair<at::Tensor, at::Tensor> paired_coupled_attention(QKCouplingImpl& coupl
                                                            const BeforeScoring& before,
                                                            const std::vector<int64_t>& coupling_shape,
                                                            const Scoring& scoring) {
-  if (scoring.causal_softmax && !before.q_norm && fused_paired_coupled_attention_applies(coupling, q, k, v)) {
-    // Both pairs in one launch; the kernel reads the coupling's layout from its head count.
-    const auto both = fused_paired_coupled_attention(coupling, q, k, v, before.rope_base);
-    return {both.select(1, 0), both.select(1, 1)};
-  }
   auto [q_ready, k_ready] = couple(coupling, q.reshape(coupling_shape), k.reshape(coupling_shape), before);
   q_ready = q_ready.reshape(q.sizes());
   k_ready = k_ready.reshape(k.sizes());

@@ -3,17 +3,14 @@
 // scores' inputs, or the attention output itself, on the fastest path that
 // covers them. The coupling module and the attention module each make one
 // call here. In order of preference:
-//   1. flash: the coupled attention kernel (CUDA, causal softmax scoring;
-//      fused_attention.h, off unless CQK_FUSED_ATTENTION=1); the coupled q and
-//      k never reach memory;
-//   2. the fused CUDA coupling kernel, QK-norm and RoPE in its pass
-//      (fused_coupling.h);
-//   3. the CPU kernel (cpu_coupling.h, src/simd/), RoPE in its pass unless
+//   1. the fused CUDA coupling kernel, QK-norm and RoPE in its pass
+//      (fused_coupling.h), feeding torch's SDPA (sdpa_backend.h);
+//   2. the CPU kernel (cpu_coupling.h, src/simd/), RoPE in its pass unless
 //      QK-norm comes between;
-//   4. ATen: the module's transform, through recompute_from_inverse.h when a
+//   3. ATen: the module's transform, through recompute_from_inverse.h when a
 //      backward pass will come (invertible kinds), else plain.
-// Paths 2-4 run the map in float32 (bf16 inputs are upcast, outputs cast
-// back); what a path does not fuse (QK-norm, RoPE) follows in ATen. Each
+// All run the map in float32 (bf16 inputs are upcast, outputs cast back);
+// what a path does not fuse (QK-norm, RoPE) follows in ATen. Each
 // accelerator's *_applies function says what it covers.
 #include <ATen/core/Tensor.h>
 
@@ -39,15 +36,13 @@ struct BeforeScoring {
 // How the attention scores prepared (q, k) against v.
 struct Scoring {
   std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> score;
-  // score is causal softmax(q k^T / sqrt(d)) v, which the flash kernel may replace.
-  bool causal_softmax = false;
 };
 
 // (q, k): [batch, heads, time, head_dim] -> coupled, then `before` applied.
 std::pair<at::Tensor, at::Tensor> couple(QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k,
                                          const BeforeScoring& before = {});
 
-// scoring.score(couple(q, k, before), v), or the flash kernel's equal.
+// scoring.score(couple(q, k, before), v).
 at::Tensor coupled_attention(QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const BeforeScoring& before, const Scoring& scoring);
 

@@ -1,7 +1,6 @@
 #include "reference.h"
 
 #include <cmath>
-#include <limits>
 
 namespace cqk::emulation {
 
@@ -79,13 +78,6 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, do
   const at::Tensor inv_freq = at::pow(base, -at::arange(0, head_dim / 2, f64) * 2.0 / head_dim);
   const at::Tensor angles = at::outer(at::arange(time, f64), inv_freq);
   return {at::cos(angles).to(at::kFloat).contiguous(), at::sin(angles).to(at::kFloat).contiguous()};
-}
-
-at::Tensor reference_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  const int64_t T = q.size(-2);
-  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  const at::Tensor mask = at::ones({T, T}, at::kBool).triu(1);
-  return at::matmul(at::softmax(scores.masked_fill(mask, -std::numeric_limits<double>::infinity()), -1), v);
 }
 
 }  // namespace cqk::emulation

@@ -1,6 +1,6 @@
 #pragma once
 // Independent float64 references for the emulated kernels: the coupling,
-// QK-norm, RoPE and causal attention written with plain ATen ops (autograd
+// QK-norm and RoPE written with plain ATen ops (autograd
 // gives their gradients); none of the kernels' code is used.
 #include <ATen/ATen.h>
 
@@ -36,8 +36,5 @@ at::Tensor reference_rms_norm(const at::Tensor& x, const at::Tensor& w, double e
 at::Tensor reference_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // cos and sin of t * base^(-2i/D), [time, D/2] float32.
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base = 10000.0);
-
-// Causal softmax(q k^T * scale) v over the last two dims.
-at::Tensor reference_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
 
 }  // namespace cqk::emulation
