@@ -1,33 +1,49 @@
-"""gpu_report.json and gpu_report.md from run.sh's stages (standard library only).
+"""gpu_report.json and gpu_report.md from run.sh's state (standard library only).
 
-    python3 report.py WORK OUTDIR SECONDS
+    python3 report.py WORK OUTDIR SECONDS STATE
 
-WORK holds stages.tsv (name, status, seconds, limit, reason per line) and one
-folder per stage with the files its stage function wrote; BUNDLE, SITE,
-TORCH_VERSION and GPUS come from run.sh's environment. Figures a stage did not
-get to write are left out; the stage's status and reason say why.
+run.sh calls it at its start, as each stage starts and ends, and when a
+signal stops it (STATE: running, finished or interrupted). Both files are written
+aside and renamed into place, so a reader never finds half a report.
+
+WORK holds stages.tsv (name, status, seconds, limit, reason of each selected
+stage; status PENDING, RUNNING, PASSED, FAILED, SKIPPED or INTERRUPTED) and a
+folder per started stage with the files its stage function wrote, parts.tsv
+among them (name, status, seconds, reason of each part: a test group, a timed
+path, a run). BUNDLE, SITE, GPUS, LOSS_TOLERANCE and TORCH_* come from run.sh's
+environment. Figures a stage did not get to write are left out; the stage's
+status and reason say why.
 """
+import glob
 import json
 import os
+import re
 import sys
 import time
 
 TITLES = {
     "version": "cqk --version, binaries start, libraries resolve",
-    "tests": "GPU tests",
-    "kernels": "kernel table",
+    "tests": "GPU tests, one process per group",
+    "kernels": "kernel table, one process per path",
     "train_bench": "150M bf16 training benchmark",
-    "train": "bf16 training run, checkpoint and resume",
+    "train": "bf16 training at head dim 64: resume, fused against unfused",
+    "sanitize": "compute-sanitizer memcheck and racecheck",
 }
-# Rows of the kernel table: JSON key of cqk_kernel_bench --json, label.
+# cqk_kernel_bench --path names, in the table's order, and their labels.
 PATHS = [
-    ("sdpa", "SDPA, no coupling"),
-    ("aten_coupling_sdpa", "ATen coupling + SDPA"),
-    ("fused_coupling_sdpa", "fused coupling + SDPA"),
-    ("fused_coupling_rope_sdpa", "fused coupling + RoPE + SDPA"),
-    ("flash_coupled_attention", "flash coupled attention (+ RoPE)"),
+    ("sdpa", "SDPA"),
+    ("sdpa-cudnn", "SDPA, cuDNN first"),
+    ("rope-sdpa", "RoPE + SDPA (base)"),
+    ("fused-coupling-rope", "fused coupling with RoPE + SDPA (coupled)"),
+    ("fused-coupling", "fused coupling + SDPA"),
+    ("aten-coupling", "ATen coupling + SDPA"),
 ]
-H200_DATASHEET_BF16 = 989e12
+SHAPE_KEYS = ("dtype", "T", "dim", "batch", "heads", "hidden", "steps")
+# Above this share of the attention's time, the coupling's own round trip of q
+# and k through memory would pay for a tensor-core attention kernel that runs
+# the coupling in its prologue.
+SHARE_WORTH_A_KERNEL = 0.05
+H200_MEASURED_BF16, H200_DATASHEET_BF16 = 790e12, 989e12  # dense bf16 matmul FLOP/s
 TARGET_MFU, TARGET_RATIO = 0.45, 1.03  # issue 9's GPU targets
 
 
@@ -46,6 +62,10 @@ def read_json(path):
 
 def json_lines(path):
     return [json.loads(line) for line in (read(path) or "").splitlines() if line.startswith("{")]
+
+
+def tsv(path):
+    return [line.split("\t") for line in (read(path) or "").splitlines()]
 
 
 def version_figures(d):
@@ -70,76 +90,98 @@ def version_figures(d):
 
 
 def tests_figures(d):
-    report = read_json(os.path.join(d, "tests.json"))
-    if not report:
+    cases = []
+    for path in sorted(glob.glob(os.path.join(d, "tests-*.json"))):  # one per group; none from a group that crashed
+        report = read_json(path) or {"testsuites": []}
+        cases += [(s["name"] + "." + t["name"], t) for s in report["testsuites"] for t in s["testsuite"]]
+    if not cases:
         return {}
-    cases = [(s["name"] + "." + t["name"], t) for s in report["testsuites"] for t in s["testsuite"]]
-    failed = [name for name, t in cases if t.get("failures")]
     return {
         "tests": len(cases),
-        "failed": failed,
+        "failed": [name for name, t in cases if t.get("failures")],
         "skipped": [name for name, t in cases if t.get("result") == "SKIPPED"],
         "seconds": {name: float(t.get("time", "0s").rstrip("s")) for name, t in cases},
     }
 
 
+def fwd_bwd_ms(shape, path):
+    p = shape["paths"].get(path)
+    return p["fwd_bwd_ms"] if p and p["applies"] and p["fwd_bwd_ms"] > 0 else None
+
+
 def kernels_figures(d):
-    rows = []
-    for raw in json_lines(os.path.join(d, "rows.jsonl")):
-        sdpa = raw["sdpa"]
-        paths = {}
-        for key, _ in PATHS:
-            t = raw[key]
-            if not t["fwd_bwd_ms"]:
-                continue  # the path does not apply at this shape
-            paths[key] = {
-                "fwd_ms": t["fwd_ms"],
-                "fwd_tflops": raw["fwd_flops"] / (t["fwd_ms"] * 1e-3) / 1e12,
-                "fwd_vs_sdpa": t["fwd_ms"] / sdpa["fwd_ms"],
-                "fwd_bwd_ms": t["fwd_bwd_ms"],
-                "fwd_bwd_tflops": raw["fwd_bwd_flops"] / (t["fwd_bwd_ms"] * 1e-3) / 1e12,
-                "fwd_bwd_vs_sdpa": t["fwd_bwd_ms"] / sdpa["fwd_bwd_ms"],
-            }
-        rows.append({"shape": {k: raw[k] for k in ("dtype", "T", "batch", "heads", "dim", "hidden", "steps")},
-                     "paths": paths, "raw": raw})
-    return {"rows": rows} if rows else {}
+    """Rows of one path each, joined on (dtype, T, dim) into shapes."""
+    shapes = {}
+    for row in json_lines(os.path.join(d, "rows.jsonl")):
+        shape = shapes.setdefault((row["dtype"], row["dim"], row["T"]),
+                                  {k: row[k] for k in SHAPE_KEYS} | {"paths": {}})
+        p = {k: v for k, v in row.items() if k not in SHAPE_KEYS and k != "path"}
+        if p["applies"] and p["fwd_bwd_ms"] > 0:
+            p["fwd_bwd_tflops"] = row["fwd_bwd_flops"] / (p["fwd_bwd_ms"] * 1e-3) / 1e12
+        shape["paths"][row["path"]] = p
+    for shape in shapes.values():
+        sdpa, cudnn = fwd_bwd_ms(shape, "sdpa"), fwd_bwd_ms(shape, "sdpa-cudnn")
+        if sdpa and cudnn:
+            shape["cudnn_over_default"] = cudnn / sdpa
+            shape["faster_sdpa"] = "cudnn" if cudnn < sdpa else "default"
+        base, coupled = fwd_bwd_ms(shape, "rope-sdpa"), fwd_bwd_ms(shape, "fused-coupling-rope")
+        if base and coupled:
+            shape["coupling_share"] = (coupled - base) / base
+    if not shapes:
+        return {}
+    ordered = [shapes[key] for key in sorted(shapes)]
+    shares = [s["coupling_share"] for s in ordered if "coupling_share" in s]
+    return {"shapes": ordered, "share_threshold": SHARE_WORTH_A_KERNEL,
+            "max_coupling_share": max(shares) if shares else None,
+            "share_exceeds_threshold": any(x > SHARE_WORTH_A_KERNEL for x in shares) if shares else None}
+
+
+def bench_model(r):
+    return {
+        "config": r["name"], "device": r["device_name"], "dtype": r["dtype"], "sdpa_backend": r["sdpa_backend"],
+        "params": r["params"], "tokens_per_step": r["tokens_per_step"], "tokens_per_s": r["tokens_per_s"],
+        "step_ms": 1e3 * r["step_time_s"]["median"], "achieved_flops": r["achieved_flops"],
+        "mfu_790": r["achieved_flops"] / H200_MEASURED_BF16, "mfu_989": r["achieved_flops"] / H200_DATASHEET_BF16,
+        "mfu_measured": r["mfu_measured"], "measured_peak_flops": r["measured_peak_flops"],
+        "mfu_datasheet": r["mfu_datasheet"], "datasheet_peak_flops": r["datasheet_peak_flops"],
+        "cuda_peak_bytes": r["cuda_peak_bytes"],
+    }
 
 
 def train_bench_figures(d):
-    bench = read_json(os.path.join(d, "bench.json"))
-    if not bench:
-        return {}
-
-    def model(r):
-        return {
-            "config": r["name"], "device": r["device_name"], "dtype": r["dtype"], "params": r["params"],
-            "tokens_per_step": r["tokens_per_step"], "tokens_per_s": r["tokens_per_s"],
-            "step_ms": 1e3 * r["step_time_s"]["median"], "mfu_datasheet": r["mfu_datasheet"],
-            "datasheet_peak_flops": r["datasheet_peak_flops"], "mfu_measured": r["mfu_measured"],
-            "measured_peak_flops": r["measured_peak_flops"], "cuda_peak_bytes": r["cuda_peak_bytes"],
-            # Against the H100/H200 datasheet whatever the device (mfu_datasheet: known devices only).
-            "mfu_989": r["achieved_flops"] / H200_DATASHEET_BF16,
-        }
-
-    ratio = bench["step_time_ratio"]
-    return {"coupled": model(bench["a"]), "base": model(bench["b"]),
-            "coupled_over_base": {"median": ratio["median"], "min": ratio["min"], "max": ratio["max"],
-                                  "per_step": bench["step_time_ratios"]},
-            "targets": {"mfu": TARGET_MFU, "coupled_over_base": TARGET_RATIO}}
+    figures = {}
+    base = read_json(os.path.join(d, "base.json"))
+    if base:
+        figures["base_alone"] = bench_model(base)
+    pair = read_json(os.path.join(d, "bench.json"))
+    if pair:
+        ratio = pair["step_time_ratio"]
+        figures.update(coupled=bench_model(pair["a"]), base=bench_model(pair["b"]),
+                       coupled_over_base={"median": ratio["median"], "min": ratio["min"], "max": ratio["max"],
+                                          "per_step": pair["step_time_ratios"]},
+                       fused_coupling_off=os.path.exists(os.path.join(d, "fused_off")))
+    if figures:
+        figures["targets"] = {"mfu": TARGET_MFU, "coupled_over_base": TARGET_RATIO}
+    return figures
 
 
 def train_figures(d):
-    run = os.path.join(d, "run")
-    losses = [(m["step"], m["loss"]) for m in json_lines(os.path.join(run, "metrics.jsonl")) if "loss" in m]
     figures = {}
-    if losses:
-        figures.update(first_step=losses[0][0], first_loss=losses[0][1], last_step=losses[-1][0],
-                       last_loss=losses[-1][1], losses=losses)
-    results = read_json(os.path.join(run, "results.json"))
-    if results:
-        figures.update(valid=results["valid"], test=results["test"])
-    log = read(os.path.join(d, "log")) or ""
-    figures["resumed_at_step_150"] = "at step 150" in log and "resumed from" in log
+    for run in ("fused", "unfused"):
+        losses = [(m["step"], m["loss"]) for m in json_lines(os.path.join(d, run, "metrics.jsonl")) if "loss" in m]
+        if losses:
+            figures[run] = {"first_loss": losses[0][1], "last_step": losses[-1][0], "last_loss": losses[-1][1],
+                            "losses": losses}
+        results = read_json(os.path.join(d, run, "results.json"))
+        if results and run in figures:
+            figures[run]["valid"] = results["valid"]
+    if "fused" in figures and "unfused" in figures:
+        a, b = figures["fused"]["last_loss"], figures["unfused"]["last_loss"]
+        figures["last_loss_difference"] = abs(a - b) / b
+        figures["tolerance"] = float(os.environ.get("LOSS_TOLERANCE", "nan"))
+    resumed = re.search(r"resumed from .* at step (\d+)", read(os.path.join(d, "resume.out")) or "")
+    if resumed:
+        figures["resumed_at_step"] = int(resumed.group(1))
     return figures
 
 
@@ -158,40 +200,71 @@ def md_tests(t):
 
 
 def md_kernels(k):
-    s = k["rows"][0]["shape"]
-    lines = [f"## Kernels: {s['dtype']}, batch {s['batch']}, heads {s['heads']}, hidden {s['hidden']}, "
-             f"{s['steps']} steps, causal; medians (ms); TFLOP/s of the attention's FLOPs", "",
-             "| head dim | T | path | fwd ms | TFLOP/s | / SDPA | fwd+bwd ms | TFLOP/s | / SDPA |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for row in k["rows"]:
-        for key, label in PATHS:
-            if key in row["paths"]:
-                p = row["paths"][key]
-                lines.append(f"| {row['shape']['dim']} | {row['shape']['T']} | {label} | {p['fwd_ms']:.3f} | "
-                             f"{p['fwd_tflops']:.0f} | {p['fwd_vs_sdpa']:.2f} | {p['fwd_bwd_ms']:.3f} | "
-                             f"{p['fwd_bwd_tflops']:.0f} | {p['fwd_bwd_vs_sdpa']:.2f} |")
+    s = k["shapes"][0]
+    lines = [f"## Kernels: {s['dtype']}, batch {s['batch']}, heads {s['heads']}, coupling hidden {s['hidden']}, "
+             f"{s['steps']} steps, causal; forward+backward medians, ms (TFLOP/s of the attention's FLOPs)", "",
+             "| head dim | T | " + " | ".join(label for _, label in PATHS) + " | faster SDPA | coupling share |",
+             "|---" * (len(PATHS) + 4) + "|"]
+    for s in k["shapes"]:
+        cells = []
+        for path, _ in PATHS:
+            p = s["paths"].get(path)
+            cells.append("-" if not p else "did not apply" if "fwd_bwd_tflops" not in p
+                         else f"{p['fwd_bwd_ms']:.3f} ({p['fwd_bwd_tflops']:.0f})")
+        faster = f"{s['faster_sdpa']} (cuDNN/default {s['cudnn_over_default']:.2f})" if "faster_sdpa" in s else "-"
+        share = f"{100 * s['coupling_share']:.1f}%" if "coupling_share" in s else "-"
+        lines.append(f"| {s['dim']} | {s['T']} | " + " | ".join(cells) + f" | {faster} | {share} |")
+    threshold = f"{100 * k['share_threshold']:.0f}%"
+    if k["share_exceeds_threshold"] is None:
+        verdict = "The coupling's share was not measured (RoPE + SDPA or the coupled path missing)."
+    elif k["share_exceeds_threshold"]:
+        verdict = (f"The coupling's q/k round trip exceeds {threshold} of the attention's time (at most "
+                   f"{100 * k['max_coupling_share']:.1f}%): a tensor-core attention kernel with the coupling "
+                   "in its prologue is worth building.")
+    else:
+        verdict = (f"The coupling's q/k round trip stays within {threshold} of the attention's time everywhere "
+                   f"(at most {100 * k['max_coupling_share']:.1f}%): a tensor-core attention kernel with the "
+                   "coupling in its prologue is not worth building.")
+    lines += ["", "Coupling share: (coupled - base) / base, fused coupling with RoPE + SDPA against RoPE + SDPA. "
+              + verdict, "", "| head dim | T | coupling alone, ATen ms | fused ms | fused kernels fwd GB/s | bwd GB/s |",
+              "|---|---|---|---|---|---|"]
+    for s in k["shapes"]:
+        fused, aten = s["paths"].get("fused-coupling", {}), s["paths"].get("aten-coupling", {})
+        if "kernel_fwd_gbs" in fused and "coupling_fwd_bwd_ms" in aten:
+            lines.append(f"| {s['dim']} | {s['T']} | {aten['coupling_fwd_bwd_ms']:.3f} | "
+                         f"{fused['coupling_fwd_bwd_ms']:.3f} | {fused['kernel_fwd_gbs']:.0f} | "
+                         f"{fused['kernel_bwd_gbs']:.0f} |")
     return lines
 
 
 def md_train_bench(b):
-    lines = ["## Training benchmark: 150M, bf16, steps alternated in one process", "",
-             "| config | tokens/s | step ms | MFU vs 989 TFLOP/s | MFU vs measured bf16 matmul |", "|---|---|---|---|---|"]
-    for c in (b["coupled"], b["base"]):
-        lines.append(f"| {c['config']} | {c['tokens_per_s']:,.0f} | {c['step_ms']:.1f} | {100 * c['mfu_989']:.1f}% | "
+    lines = ["## Training benchmark: 150M, bf16", "",
+             "| config | run | tokens/s | step ms | SDPA | MFU vs 790 TFLOP/s | vs 989 | vs measured matmul |",
+             "|---|---|---|---|---|---|---|---|"]
+    runs = [("base_alone", "alone"), ("coupled", "alternated"), ("base", "alternated")]
+    for c, run in ((b[key], run) for key, run in runs if key in b):
+        lines.append(f"| {c['config']} | {run} | {c['tokens_per_s']:,.0f} | {c['step_ms']:.1f} | {c['sdpa_backend']} | "
+                     f"{100 * c['mfu_790']:.1f}% | {100 * c['mfu_989']:.1f}% | "
                      f"{100 * c['mfu_measured']:.1f}% of {c['measured_peak_flops'] / 1e12:.0f} TFLOP/s |")
-    r = b["coupled_over_base"]
-    return lines + ["", f"Coupled/base step time {r['median']:.3f} ({r['min']:.3f}..{r['max']:.3f}); targets: "
-                        f"MFU >= {100 * TARGET_MFU:.0f}%, coupled/base <= {TARGET_RATIO}."]
+    if "coupled_over_base" in b:
+        r = b["coupled_over_base"]
+        lines += ["", f"Coupled/base step time {r['median']:.3f} ({r['min']:.3f}..{r['max']:.3f})"
+                      + ("; **fused coupling off after a failure** (CQK_FUSED_COUPLING=0)"
+                         if b["fused_coupling_off"] else "") + "."]
+    return lines + ["", f"Targets: MFU >= {100 * TARGET_MFU:.0f}%, coupled/base <= {TARGET_RATIO}."]
 
 
 def md_train(t):
-    if "first_loss" not in t:
-        return []
-    line = (f"Loss {t['first_loss']:.3f} (step {t['first_step']}) -> {t['last_loss']:.3f} (step {t['last_step']}); "
-            f"resumed at step 150: {'yes' if t['resumed_at_step_150'] else 'no'}")
-    if "valid" in t:
-        line += f"; valid ppl {t['valid']['ppl']:.3f}, accuracy {t['valid']['accuracy']:.3f}"
-    return ["## Training run: default config, bf16 on CUDA, 150 steps, then resumed to 300", "", line + "."]
+    lines = ["## Training run: default config at head dim 64 (width 256, 4 heads), bf16, 50 steps", ""]
+    for run, label in (("fused", "fused coupling, paused at 25 and resumed"), ("unfused", "CQK_FUSED_COUPLING=0")):
+        if run in t:
+            r = t[run]
+            lines.append(f"- {label}: loss {r['first_loss']:.4f} -> {r['last_loss']:.4f} (step {r['last_step']})")
+    if "last_loss_difference" in t:
+        lines.append(f"- last losses {100 * t['last_loss_difference']:.2f}% apart (tolerance "
+                     f"{100 * t['tolerance']:.0f}%)")
+    lines.append(f"- resumed at step {t.get('resumed_at_step', 'none')}")
+    return lines
 
 
 FIGURES = {"version": version_figures, "tests": tests_figures, "kernels": kernels_figures,
@@ -203,12 +276,18 @@ SECTIONS = {"version": md_version, "tests": md_tests, "kernels": md_kernels, "tr
 def markdown(report):
     m = report["machine"]
     lines = [f"# GPU check, {report['date']}: {m['gpu'] or 'no CUDA device'}", "",
-             f"Bundle {report['bundle'].get('commit', '?')}, torch {m['torch']} from {m['site']}, {m['gpus']} GPUs; "
-             f"{report['seconds']} s in all.", "",
-             "| stage | status | seconds (limit) | reason |", "|---|---|---|---|"]
+             f"Bundle {report['bundle'].get('commit', '?')}; torch {m['torch']} from {m['python']}, {m['gpus']} GPUs; "
+             f"{report['state']} after {report['seconds']} s.", ""]
+    if m["torch_error"]:
+        lines += [f"**Torch: {m['torch_error']}** (run.sh exits 3).", ""]
+    lines += ["| stage | status | seconds (limit) | reason |", "|---|---|---|---|"]
     for s in report["stages"]:
         lines.append(f"| {s['name']}: {s['title']} | **{s['status']}** | {s['seconds']} ({s['limit_s']}) "
                      f"| {s['reason']} |")
+    parts = [(s["name"], p) for s in report["stages"] for p in s["parts"]]
+    if parts:
+        lines += ["", "| stage | part | status | seconds | reason |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {p['name']} | {p['status']} | {p['seconds']} | {p['reason']} |" for name, p in parts]
     for s in report["stages"]:
         if not s["figures"] or s["name"] not in SECTIONS:
             continue
@@ -216,7 +295,7 @@ def markdown(report):
             section = SECTIONS[s["name"]](s["figures"])
         except (KeyError, IndexError, TypeError, ValueError) as e:  # the figures are in the JSON all the same
             section = [f"## {s['name']}", "", f"(not shown: {type(e).__name__} {e}; see gpu_report.json)"]
-        lines += [""] + section if section else []
+        lines += [""] + section
     return "\n".join(lines) + "\n"
 
 
@@ -227,31 +306,40 @@ def figures_of(name, d):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def main(work, outdir, seconds):
+def write(path, text):
+    aside = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(aside, "w") as f:
+        f.write(text)
+    os.replace(aside, path)
+
+
+def main(work, outdir, seconds, state):
     stages = []
-    for line in (read(os.path.join(work, "stages.tsv")) or "").splitlines():
-        name, status, secs, limit, reason = line.split("\t")
+    for name, status, secs, limit, reason in tsv(os.path.join(work, "stages.tsv")):
+        d = os.path.join(work, name)
+        parts = [{"name": n, "status": st, "seconds": int(sec), "reason": r}
+                 for n, st, sec, r in tsv(os.path.join(d, "parts.tsv"))]
         stages.append({"name": name, "title": TITLES.get(name, name), "status": status, "seconds": int(secs),
-                       "limit_s": int(limit), "reason": reason,
-                       "figures": figures_of(name, os.path.join(work, name))})
+                       "limit_s": int(limit), "reason": reason, "parts": parts, "figures": figures_of(name, d)})
     bundle = dict(line.split(" ", 1) for line in (read(os.path.join(os.environ.get("BUNDLE", ""), "BUILD_INFO"))
                                                   or "").splitlines() if " " in line)
     version = next((s["figures"] for s in stages if s["name"] == "version"), {})
+    env = os.environ.get
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "state": state,
         "seconds": int(seconds),
-        "passed": all(s["status"] != "FAILED" for s in stages),
+        "passed": state == "finished" and not env("TORCH_ERROR") and all(s["status"] in ("PASSED", "SKIPPED")
+                                                                      for s in stages),
         "bundle": bundle,
-        "machine": {"torch": os.environ.get("TORCH_VERSION") or None, "site": os.environ.get("SITE") or None,
-                    "gpus": int(os.environ.get("GPUS") or 0), "gpu": version.get("gpu 0")},
+        "machine": {"python": env("TORCH_PYTHON") or None, "torch": env("TORCH_VERSION") or None,
+                    "torch_needed": env("TORCH_NEEDED") or None, "torch_error": env("TORCH_ERROR") or None,
+                    "site": env("SITE") or None, "gpus": int(env("GPUS") or 0), "gpu": version.get("gpu 0")},
         "stages": stages,
     }
-    with open(os.path.join(outdir, "gpu_report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
-    with open(os.path.join(outdir, "gpu_report.md"), "w") as f:
-        f.write(markdown(report))
+    write(os.path.join(outdir, "gpu_report.json"), json.dumps(report, indent=1) + "\n")
+    write(os.path.join(outdir, "gpu_report.md"), markdown(report))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
