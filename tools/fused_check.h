@@ -62,9 +62,13 @@ struct Case {
   // FMA contraction, exp's last bit and the order of the atomic sums (which the
   // emulator varies too) should stay well inside that margin, which the first
   // GPU run (scripts/gpu_check.sh) is to confirm.
+  // Beyond 5 steps the inverse's rounding is amplified step by step, and with
+  // it the backward, which rebuilds its inputs by the inverse: the emulator
+  // measured 1.0e-3 (gradients) and 4.5e-4 (inverse) at 8 steps, with weights
+  // larger than randomise()'s.
   double forward_tolerance() const { return dtype == at::kBFloat16 ? 8e-3 : 2e-6; }
-  double gradient_tolerance() const { return dtype == at::kBFloat16 ? 4e-2 : 1e-5; }
-  double inverse_tolerance() const { return dtype == at::kBFloat16 ? 3e-2 : 6e-6; }
+  double gradient_tolerance() const { return dtype == at::kBFloat16 ? 4e-2 : steps > 5 ? 3e-3 : 1e-5; }
+  double inverse_tolerance() const { return dtype == at::kBFloat16 ? 3e-2 : steps > 5 ? 1.5e-3 : 6e-6; }
 };
 
 constexpr double kRopeBase = 10000.0;
@@ -139,6 +143,18 @@ inline std::vector<Case> standard_cases() {
     normed_wide.qk_norm = true;
     normed_wide.tokens_per_block = 48;
     cases.push_back(normed_wide);
+    // Every step count the launchers take (1..AffineCouplingParams::kMaxSteps): 2-4 are above.
+    for (const int64_t steps : {1, 5, 6, 7, 8}) {
+      Case stepped = c;
+      stepped.steps = steps;
+      stepped.time = 19 + steps;
+      cases.push_back(stepped);
+    }
+    Case product = rotated;  // the kernel table's shape of the product path: coupling + RoPE, T = 1024
+    product.batch = 2;
+    product.heads = 4;
+    product.time = 1024;
+    cases.push_back(product);
   }
   return cases;
 }

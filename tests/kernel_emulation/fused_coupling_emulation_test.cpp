@@ -90,8 +90,15 @@ at::Tensor reference_after(const at::Tensor& x, const at::Tensor& norm, const Co
 // About 3x the largest error measured over the cases (2026-12-03): fp32
 // 5.4e-7 forward, 2.6e-6 gradients; bf16 2.4e-3 forward, 1.4e-2 gradients
 // (the weight gradients sum rounded bf16 terms).
+// Beyond 5 steps the backward's inputs, rebuilt by the inverse from the
+// outputs step by step, carry float32 rounding amplified by each step's
+// exp(+-s) (clamped at e^2 here): the gradients' error grows toward step 0,
+// about 5x per step (measured 4.9e-5 at 6 steps, 1.0e-3 at 8, both in step
+// 0's dW1), while the forward stays at 5e-7. Kernel and ATen path alike
+// recompute from the inverse; the kMaxSteps cases check the loops, not this.
 double tolerance(const CouplingCase& c, bool gradient) {
   if (c.dtype == at::kBFloat16) return gradient ? 4e-2 : 8e-3;
+  if (gradient && c.steps > 5) return 3e-3;
   return gradient ? 1e-5 : 2e-6;
 }
 
@@ -191,8 +198,9 @@ TEST_P(EmulatedCouplingInverse, UndoesTheForward) {
                                         row_strides(k_out), q_back.data_ptr(), k_back.data_ptr(), s.shape, params,
                                         nullptr);
   // bf16: the forward's rounded outputs go back through exp(-s): a few bf16
-  // steps (measured 1.4e-2; fp32 2.2e-6).
-  const double tol = c.dtype == at::kBFloat16 ? 3e-2 : 6e-6;
+  // steps (measured 1.4e-2; fp32 2.2e-6). Beyond 5 steps the rounding is
+  // amplified step by step, as in tolerance() (measured 4.5e-4 at 8 steps).
+  const double tol = c.dtype == at::kBFloat16 ? 3e-2 : c.steps > 5 ? 1.5e-3 : 6e-6;
   expect_close(q_back, q, tol, "inverse(forward(q))");
   expect_close(k_back, k, tol, "inverse(forward(k))");
 }
@@ -272,6 +280,9 @@ const CouplingCase kCases[] = {
     {"d64_r8_one_token", 1, 2, 1, 64, 8, 2, false, true, false, CouplingCase::kContiguous, at::kFloat},
     {"d128_r8_qknorm_rope_fused", 1, 2, 33, 128, 8, 2, false, true, true, CouplingCase::kFused, at::kFloat},
     {"d128_r16_1step", 2, 2, 20, 128, 16, 1, false, false, false, CouplingCase::kContiguous, at::kFloat},
+    // Up to the most steps the launchers take (AffineCouplingParams::kMaxSteps).
+    {"d64_r8_5steps_rope", 1, 2, 13, 64, 8, 5, false, true, false, CouplingCase::kContiguous, at::kFloat},
+    {"d64_r8_8steps_rope", 1, 2, 13, 64, 8, 8, false, true, false, CouplingCase::kContiguous, at::kFloat},
     {"bf16_d64_r8_rope_fused", 2, 2, 29, 64, 8, 2, false, true, false, CouplingCase::kFused, at::kBFloat16},
     {"bf16_d128_r8_qknorm_rope", 1, 2, 26, 128, 8, 2, false, true, true, CouplingCase::kContiguous, at::kBFloat16},
 };
@@ -280,6 +291,7 @@ const CouplingCase kInverseCases[] = {
     {"d64_r16_3steps_shared_fused", 2, 2, 45, 64, 16, 3, true, false, false, CouplingCase::kFused, at::kFloat, 64},
     {"d128_r8_2steps", 2, 2, 20, 128, 8, 2, false, false, false, CouplingCase::kContiguous, at::kFloat},
     {"bf16_d64_r8_2steps", 1, 3, 40, 64, 8, 2, false, false, false, CouplingCase::kQFused, at::kBFloat16},
+    {"d64_r8_8steps", 1, 2, 13, 64, 8, 8, false, false, false, CouplingCase::kContiguous, at::kFloat},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCoupling, ::testing::Combine(::testing::ValuesIn(kCases), both_run_orders()),
