@@ -3,9 +3,10 @@
 
 The model is python/cqk_hf/cqk_model.py: same modules, parameter names and
 shapes as cqk's state dict (it loads the weights.pt that `cqk bench train
---dump DIR` writes), same initialisation (same draws in the same order, so the
-same seed gives the same weights); here the trainer's AdamW groups, the same
-clipping and the same thread count. Every attention and coupling kind.
+--dump DIR` writes), same initialisation (each parameter keyed by the seed
+and its name, so the same seed gives the same weights); here the trainer's
+AdamW groups (the dump's optimizer.json, written by cqk), the same clipping
+and the same thread count. Every attention and coupling kind.
 
   # time training steps from a dump (config, initial weights, a batch):
   cqk bench train configs/bench/tiny.yaml --dump /tmp/d --warmup 0 --steps 1
@@ -53,19 +54,19 @@ def load_pickled(path):
             return torch.load(path, map_location="cpu")
 
 
-def make_optimizer(model, train, fused=False):
-    """The trainer's AdamW (src/train/trainer.cpp make_optimizer): decay on matrices only.
+def make_optimizer(model, train, groups, fused=False):
+    """The trainer's AdamW over the trainer's own parameter groups (`groups`: the
+    "optimizer_groups" cqk writes, src/train/trainer.cpp optimizer_groups: weight
+    decay, lr scale and parameter names per group), so that both optimise alike.
     fused: PyTorch's single-kernel AdamW, the optimizer a speed-minded researcher picks."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        embedding = name.startswith("embedding.")
-        matrix = p.dim() >= 2 and not embedding and "mta_" not in name
-        decayed = matrix or (embedding and train["decay_embeddings"]) or (
-            not matrix and not embedding and train["decay_norms_and_biases"])
-        (decay if decayed else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": train["weight_decay"]},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"],
+    named = dict(model.named_parameters())
+    grouped = [name for g in groups for name in g["params"]]
+    if sorted(grouped) != sorted(named):
+        raise SystemExit("bench_pytorch.py: the optimizer groups do not name the model's parameters "
+                         f"(missing {sorted(set(named) - set(grouped))[:3]}, unknown {sorted(set(grouped) - set(named))[:3]})")
+    torch_groups = [{"params": [named[n] for n in g["params"]], "weight_decay": g["weight_decay"],
+                     "lr": train["lr"] * g["lr_scale"]} for g in groups if g["params"]]
+    return torch.optim.AdamW(torch_groups, lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"],
                              fused=True if fused else None)
 
 
@@ -199,6 +200,24 @@ def read_config(args):
     return config
 
 
+def read_optimizer_groups(args):
+    """The trainer's optimizer groups: a dump's optimizer.json, or the "optimizer_groups"
+    of `cqk bench train --json` (the one given with --config, else the file beside it)."""
+    if args.config:
+        with open(args.config) as f:
+            given = json.load(f)
+        if "optimizer_groups" in given:
+            return given["optimizer_groups"]
+        path = os.path.join(os.path.dirname(args.config), "optimizer.json")
+    else:
+        path = os.path.join(args.dump, "optimizer.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"bench_pytorch.py: no optimizer groups ({path} is missing): give the folder of "
+                         "`cqk bench train --dump DIR`, or the output of `cqk bench train --json`")
+    with open(path) as f:
+        return json.load(f)
+
+
 def loss_and_grads(model, loss_fn, inputs, targets):
     """The loss and every parameter's gradient (zeros where a parameter gets none)."""
     model.zero_grad(set_to_none=True)
@@ -269,7 +288,7 @@ def bench(args, config):
         targets = torch.randint(0, model_cfg["vocab_size"], shape, generator=g)
     model.to(device)
     model.train()
-    optimizer = make_optimizer(model, train, fused=args.fused_adamw)
+    optimizer = make_optimizer(model, train, read_optimizer_groups(args), fused=args.fused_adamw)
     loss_fn = loss_function(model, args)
     params = list(model.parameters())
     accum = train["grad_accum"]

@@ -624,6 +624,11 @@ nlohmann::json model_config_json(const ModelConfig& model) {
   return section_json(section("model", describe(copy)));
 }
 
+nlohmann::json config_json(const Config& config) {
+  Config copy = config;
+  return section_json(describe(copy));
+}
+
 std::string to_yaml(const Config& config) {
   Config copy = config;
   YAML::Emitter out;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,7 +17,9 @@
 // as cqk: the loss of the same weights on the same batch agrees to 1e-5.
 namespace {
 
+using cqk::testing::read_file;
 using cqk::testing::run_command;
+using cqk::testing::shell_quote;
 using cqk::testing::TempDir;
 using nlohmann::json;
 
@@ -146,6 +149,51 @@ TEST(Benchmark, PyTorchReferenceHasTheSameLossAfterTraining) {
   if (python().empty()) GTEST_SKIP() << "no torch Python (CQK_PYTHON='" << CQK_PYTHON << "')";
   expect_same_loss("bench/tiny.yaml", 2, false);
   expect_same_loss("tiny/recall-diff-affine.yaml", 2, false);
+}
+
+// bench_pytorch.py optimises with the trainer's own parameter groups, read
+// from the dump: on a config that trains the coupling at 10x the lr without
+// weight decay (configs/cpu/vanilla-affine-lr10.yaml, on the recall task so
+// that no corpus is needed), every parameter gets cqk's lr and weight decay.
+TEST(Benchmark, PyTorchReferenceOptimisesWithTheTrainersGroups) {
+  if (python().empty()) GTEST_SKIP() << "no torch Python (CQK_PYTHON='" << CQK_PYTHON << "')";
+  TempDir dir("cqk-bench-groups");
+  const auto dump = dir / "dump";
+  const auto r = run_command(kTool + " bench train " + kSource +
+                             "/configs/cpu/vanilla-affine-lr10.yaml --set data.kind=recall --warmup 0 --steps 1 --dump " +
+                             dump + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json groups = json::parse(read_file(dump + "/optimizer.json"));
+  const double lr = json::parse(read_file(dump + "/config.json"))["train"]["lr"].get<double>();
+  std::map<std::string, std::pair<double, double>> cqk;  // name -> (lr, weight decay)
+  int coupling = 0;
+  for (const auto& g : groups) {
+    for (const auto& name : g["params"]) {
+      const bool in_coupling = name.get<std::string>().find(".coupling.") != std::string::npos;
+      coupling += in_coupling;
+      EXPECT_EQ(g["lr_scale"].get<double>(), in_coupling ? 10.0 : 1.0) << name;
+      if (in_coupling) EXPECT_EQ(g["weight_decay"].get<double>(), 0.0) << name;
+      cqk[name] = {lr * g["lr_scale"].get<double>(), g["weight_decay"].get<double>()};
+    }
+  }
+  EXPECT_GT(coupling, 0);
+  const std::string script = "import argparse, json, sys; sys.path.insert(0, '" + kSource + "/scripts'); "
+                             "import bench_pytorch as b; "
+                             "a = argparse.Namespace(dump='" + dump + "', config=None, check_loss=None); "
+                             "c = b.read_config(a); m = b.TransformerLM(c['model']); "
+                             "o = b.make_optimizer(m, c['train'], b.read_optimizer_groups(a)); "
+                             "n = {id(p): k for k, p in m.named_parameters()}; "
+                             "print(json.dumps({n[id(p)]: [g['lr'], g['weight_decay']] "
+                             "for g in o.param_groups for p in g['params']}))";
+  const auto py = run_command(python() + " -c " + shell_quote(script));
+  ASSERT_EQ(py.exit_code, 0) << py.out;
+  const json torch_groups = last_json_line(py.out);
+  ASSERT_EQ(torch_groups.size(), cqk.size()) << py.out;
+  for (const auto& [name, lr_decay] : cqk) {
+    ASSERT_TRUE(torch_groups.contains(name)) << name;
+    EXPECT_DOUBLE_EQ(torch_groups[name][0].get<double>(), lr_decay.first) << name;
+    EXPECT_DOUBLE_EQ(torch_groups[name][1].get<double>(), lr_decay.second) << name;
+  }
 }
 
 }  // namespace

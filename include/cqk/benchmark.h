@@ -64,6 +64,8 @@ struct BenchResult {
   std::optional<double> mfu_datasheet;
   std::string datasheet_source;
   std::string config_json;          // config_json() of the resolved config (vocab filled in)
+  // The trainer's optimizer groups (trainer.h): [{"weight_decay", "lr_scale", "params": [names]}]
+  std::string optimizer_groups_json;
 };
 
 // Runs the benchmark; throws std::invalid_argument / std::runtime_error with a
@@ -89,9 +91,6 @@ std::string describe(const BenchResult& result);
 // {"a": ..., "b": ..., "step_time_ratios": [...], "step_time_ratio": {median, ...}, ...}
 std::string to_json(const BenchComparison& comparison);
 std::string describe(const BenchComparison& comparison);
-
-// The config fields the PyTorch reference needs, as JSON (sections as in YAML).
-std::string config_json(const Config& config);
 
 // Peak resident set size of this process in bytes: VmHWM of /proc/self/status
 // (getrusage's ru_maxrss where that is missing).

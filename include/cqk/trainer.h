@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cqk/batch_source.h"
 #include "cqk/config.h"
@@ -46,11 +47,22 @@ Config load_run_config(const std::string& run_dir);
 // config_hash(config), which they do not carry (a changed config is refused).
 std::string run_config_hash(const std::string& run_dir, const Config& config);
 
-// The trainer's AdamW (FusedAdamW): decoupled weight decay on matrices only
-// (embeddings, norms, biases and MTA parameters per train.decay_* flags), lr
-// train.lr; the coupling's parameters take train.coupling_lr_scale times the
-// lr and are decayed only with train.decay_coupling (their own groups when
-// these differ from the rest).
+// The trainer's AdamW parameter groups: decoupled weight decay on matrices
+// only (embeddings, norms, biases and MTA parameters per train.decay_* flags),
+// lr train.lr; the coupling's parameters take train.coupling_lr_scale times
+// the lr and are decayed only with train.decay_coupling (their own groups when
+// these differ from the rest). The first two groups (decayed, not; scale 1)
+// always exist, possibly empty. `cqk bench train` hands them to
+// scripts/bench_pytorch.py, so that its optimizer is this one.
+struct OptimizerGroup {
+  bool decayed = true;  // weight decay train.weight_decay, else 0
+  double lr_scale = 1.0;
+  std::vector<std::string> names;  // the parameters' full names, in the model's order
+  std::vector<at::Tensor> params;
+};
+std::vector<OptimizerGroup> optimizer_groups(TransformerLM& model, const TrainConfig& train);
+
+// FusedAdamW over optimizer_groups().
 std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train);
 
 // The global L2 norm of the parameters' gradients; when it exceeds max_norm

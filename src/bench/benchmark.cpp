@@ -195,31 +195,12 @@ std::optional<double> datasheet_peak_flops(const std::string& device_name, const
   return std::nullopt;
 }
 
-std::string config_json(const Config& c) {
-  const auto& d = c.data;
-  const auto& t = c.train;
-  json out = {
-      {"run", {{"name", c.run.name}, {"seed", c.run.seed}}},
-      {"model", model_config_json(c.model)},
-      {"data",
-       {{"kind", d.kind},
-        {"seq_len", d.seq_len},
-        {"batch_size", d.batch_size},
-        {"recall", {{"vocab_size", d.recall.vocab_size}, {"pairs", d.recall.pairs}}}}},
-      {"train",
-       {{"lr", t.lr},
-        {"weight_decay", t.weight_decay},
-        {"beta1", t.beta1},
-        {"beta2", t.beta2},
-        {"eps", t.eps},
-        {"grad_clip", t.grad_clip},
-        {"grad_accum", t.grad_accum},
-        {"decay_norms_and_biases", t.decay_norms_and_biases},
-        {"decay_embeddings", t.decay_embeddings},
-        {"device", t.device},
-        {"dtype", t.dtype},
-        {"threads", t.threads}}}};
-  return out.dump();
+std::string optimizer_groups_json(TransformerLM& model, const TrainConfig& train) {
+  json groups = json::array();
+  for (const auto& g : optimizer_groups(model, train))
+    groups.push_back({{"weight_decay", g.decayed ? train.weight_decay : 0.0}, {"lr_scale", g.lr_scale},
+                      {"params", g.names}});
+  return groups.dump();
 }
 
 namespace {
@@ -247,7 +228,7 @@ class Session {
       throw std::invalid_argument("model.vocab_size (" + std::to_string(config_.model.vocab_size) +
                                   ") is smaller than the data's vocabulary (" +
                                   std::to_string(source_->vocab_size()) + ")");
-    r.config_json = config_json(config_);
+    r.config_json = config_json(config_).dump();
     device_ = choose_device(config_.train.device);
     bf16_ = use_bf16(config_.train, device_);
     r.device = device_.str();
@@ -257,6 +238,7 @@ class Session {
     model_ = TransformerLM(config_.model, static_cast<uint64_t>(config_.run.seed));
     model_->to(device_);
     optimizer_ = make_optimizer(model_, config_.train);
+    r.optimizer_groups_json = optimizer_groups_json(model_, config_.train);
     model_->train();
     dist_ = std::make_unique<DistributedContext>(DistributedEnvironment{}, device_);  // one process
     step_ = std::make_unique<StepContext>(StepContext{model_, *optimizer_, *source_, config_.train, device_, bf16_, *dist_});
@@ -287,7 +269,8 @@ class Session {
     result_.last_loss = loss;
   }
 
-  // weights.pt, batch.pt (the next training batch, not consumed), reference.json, config.json.
+  // weights.pt, batch.pt (the next training batch, not consumed), reference.json, config.json,
+  // optimizer.json (the optimizer groups, which bench_pytorch.py builds its AdamW from).
   void dump(const std::string& dir) {
     namespace fs = std::filesystem;
     fs::create_directories(dir);
@@ -310,6 +293,7 @@ class Session {
     const json reference = {{"loss", loss}, {"after_steps", result_.warmup}, {"dtype", result_.dtype}};
     write_text(path("reference.json"), reference.dump(2) + "\n");
     write_text(path("config.json"), json::parse(result_.config_json).dump(2) + "\n");
+    write_text(path("optimizer.json"), json::parse(result_.optimizer_groups_json).dump(2) + "\n");
   }
 
   // Throughput and memory from the timed steps; `timed_seconds` is their wall time.
@@ -477,7 +461,8 @@ std::string to_json(const BenchResult& r) {
       {"datasheet_peak_flops", optional_json(r.datasheet_peak_flops)},
       {"mfu_datasheet", optional_json(r.mfu_datasheet)},
       {"datasheet_source", r.datasheet_source},
-      {"config", json::parse(r.config_json)}};
+      {"config", json::parse(r.config_json)},
+      {"optimizer_groups", json::parse(r.optimizer_groups_json)}};
   return out.dump();
 }
 

@@ -61,15 +61,10 @@ class StopSignals {
 
 // Decoupled weight decay on matrices only; embeddings, norms, biases and the
 // identity-initialised MTA parameters are left alone unless the config says so.
-std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
+std::vector<OptimizerGroup> optimizer_groups(TransformerLM& model, const TrainConfig& train) {
   // Groups by (weight decay, lr scale); the first two always exist, so a run
   // without coupling settings keeps the two groups its checkpoints hold.
-  struct Group {
-    bool decayed;
-    double lr_scale;
-    std::vector<at::Tensor> params;
-  };
-  std::vector<Group> groups{{true, 1.0, {}}, {false, 1.0, {}}};
+  std::vector<OptimizerGroup> groups{{true, 1.0, {}, {}}, {false, 1.0, {}, {}}};
   std::set<const void*> identity_initialised;
   for (const auto& p : model->identity_initialised_parameters()) identity_initialised.insert(p.unsafeGetTensorImpl());
   for (const auto& item : model->named_parameters()) {
@@ -82,14 +77,20 @@ std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConf
                          (matrix || (embedding && train.decay_embeddings) ||
                           (!matrix && !embedding && train.decay_norms_and_biases));
     const double lr_scale = coupling ? train.coupling_lr_scale : 1.0;
-    auto group = std::find_if(groups.begin(), groups.end(),
-                              [&](const Group& g) { return g.decayed == decayed && g.lr_scale == lr_scale; });
-    if (group == groups.end()) group = groups.insert(groups.end(), Group{decayed, lr_scale, {}});
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const OptimizerGroup& g) {
+      return g.decayed == decayed && g.lr_scale == lr_scale;
+    });
+    if (group == groups.end()) group = groups.insert(groups.end(), OptimizerGroup{decayed, lr_scale, {}, {}});
+    group->names.push_back(name);
     group->params.push_back(item.value());
   }
+  return groups;
+}
+
+std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
   std::vector<torch::optim::OptimizerParamGroup> param_groups;
   std::vector<double> lr_scales;
-  for (auto& g : groups) {
+  for (auto& g : optimizer_groups(model, train)) {
     auto options = std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr * g.lr_scale)
                                                                     .betas({train.beta1, train.beta2})
                                                                     .eps(train.eps)
