@@ -450,6 +450,31 @@ TEST(Trainer, ResumeContinuesARunWrittenByAnOlderCqk) {
   EXPECT_EQ(results["config_hash"], state.config_hash);
 }
 
+// results.json says "name-keyed" only for a run that started with it: cqk
+// stats pairs such runs by seed. A run started by an older cqk (its
+// checkpoints carry no initialisation) keeps no label when resumed.
+TEST(Trainer, ResultsRecordTheInitialisationTheRunStartedWith) {
+  for (const bool older : {false, true}) {
+    TempDir dir(older ? "cqk-init-older" : "cqk-init-keyed");
+    const auto config = tiny_run_config({"train.steps=4", "train.checkpoint_every=100"});
+    ASSERT_EQ(cqk::train(config, in_dir(dir, 2)).outcome, cqk::TrainOutcome::Paused);
+    const auto newest = cqk::list_checkpoints(dir.path()).back();
+    cqk::Config written = cqk::load_run_config(dir.path());
+    cqk::TransformerLM model(written.model);
+    auto optimizer = cqk::make_optimizer(model, written.train);
+    auto state = cqk::load_checkpoint(newest, *model, *optimizer, "");
+    EXPECT_EQ(state.initialisation, "name-keyed");
+    if (older) {
+      state.initialisation.clear();
+      cqk::save_checkpoint(newest, *model, *optimizer, state);
+    }
+    ASSERT_EQ(cqk::train(written, in_dir(dir, 0, true)).outcome, cqk::TrainOutcome::Finished);
+    const auto results = nlohmann::json::parse(read_file(dir / "results.json"));
+    EXPECT_EQ(results.contains("initialisation"), !older) << results.dump();
+    if (!older) EXPECT_EQ(results["initialisation"], "name-keyed");
+  }
+}
+
 TEST(Trainer, ExitCodesFollowTheOutcome) {
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Finished), 0);
   EXPECT_EQ(cqk::exit_code(cqk::TrainOutcome::Paused), 0);

@@ -16,6 +16,10 @@ struct TrainingState {
   int64_t data_position = 0;  // training batches drawn
   int64_t tokens = 0;         // training tokens seen
   std::string config_hash;    // of the resolved config the run was started with
+  // How the run's parameters were initialised when it started (results.json's
+  // "initialisation", sweep_results.h); empty for a run started before it was
+  // recorded, which a resumed run keeps.
+  std::string initialisation;
 };
 
 // Writes `bytes` to `path` so that `path` holds either its old content or all

@@ -198,8 +198,8 @@ void write_results(const std::string& run_dir, const Config& config, const Train
                             {"valid", evaluation_json(summary.valid)},
                             {"test", evaluation_json(summary.test)},
                             {"config_hash", hash},
-                            {"initialisation", sweep::kNameKeyedInitialisation},
                             {"sdpa_backend", summary.sdpa_backend}};
+  if (!state.initialisation.empty()) results["initialisation"] = state.initialisation;
   if (!coupling.empty()) results["coupling"] = coupling_json(coupling);
   write_file_atomically((fs::path(run_dir) / "results.json").string(), results.dump(2) + "\n");
 }
@@ -273,6 +273,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
 
   TrainingState state;
   state.config_hash = hash;
+  state.initialisation = sweep::kNameKeyedInitialisation;  // a resume takes the checkpoint's instead
   if (options.resume) {
     std::string checkpoint;
     std::tie(state, checkpoint) = resume_from_checkpoints(run_dir, model, *optimizer, hash);
