@@ -48,10 +48,20 @@ TEST(SdpaBackend, ReportsWhatTorchPicksOnTheCpuWhereTheOrderChangesNothing) {
   const RestoreTorchOrder restore;
   // Torch's CPU SDPA takes its flash kernel where it can and math otherwise;
   // the priority order is a CUDA matter.
-  const auto picked = cqk::sdpa_backend_for(2, 4, 64, 32, /*bf16=*/false, /*cuda=*/false);
+  const auto picked = cqk::sdpa_backend_for(2, 4, 64, 32, 32, /*bf16=*/false, /*cuda=*/false);
   EXPECT_TRUE(picked == "flash" || picked == "math") << picked;
   cqk::use_sdpa_backend(cqk::SdpaBackend::Math);
-  EXPECT_EQ(cqk::sdpa_backend_for(2, 4, 64, 32, false, false), picked);
+  EXPECT_EQ(cqk::sdpa_backend_for(2, 4, 64, 32, 32, false, false), picked);
+}
+
+TEST(SdpaBackend, TheRunsPickIsAtItsAttentionsShape) {
+  const RestoreTorchOrder restore;
+  // Every layer of an MTA model with every = 1 scores explicitly: no SDPA.
+  EXPECT_EQ(cqk::use_sdpa_backend(cqk::default_config({"model.attention.kind=mta", "model.attention.mta.every=1"}), 2,
+                                  false, false),
+            "none");
+  const auto diff = cqk::use_sdpa_backend(cqk::default_config({"model.attention.kind=diff"}), 2, false, false);
+  EXPECT_TRUE(diff == "flash" || diff == "math") << diff;
 }
 
 TEST(SdpaBackend, IsAConfigKeyWithItsChoices) {
@@ -85,7 +95,10 @@ TEST(SdpaBackend, EveryBackendOnTheGpuMatchesMath) {
     const auto reference = run(cqk::SdpaBackend::Math);
     for (const auto backend : {cqk::SdpaBackend::CuDnn, cqk::SdpaBackend::Flash, cqk::SdpaBackend::Efficient}) {
       cqk::use_sdpa_backend(backend);
-      const auto picked = cqk::sdpa_backend_for(2, 4, 512, dim, true, true);
+      const auto picked = cqk::sdpa_backend_for(2, 4, 512, dim, dim, true, true);
+      // Flash and efficient attention take bf16 at head dims 64 and 128 on
+      // every GPU cqk builds for; cuDNN's reach depends on its version.
+      if (backend != cqk::SdpaBackend::CuDnn) EXPECT_EQ(picked, cqk::to_string(backend)) << "dim " << dim;
       const auto got = run(backend);
       for (std::size_t i = 0; i < got.size(); ++i)
         EXPECT_LT(cqk::testing::max_relative_error(got[i], reference[i]), 3e-2)

@@ -192,7 +192,7 @@ Row measure(const Options& o, const std::string& path, const std::string& dtype_
   };
 
   cqk::use_sdpa_backend(path == "sdpa-cudnn" ? cqk::SdpaBackend::CuDnn : cqk::SdpaBackend::Auto);
-  r.sdpa_backend = cqk::sdpa_backend_for(o.batch, o.heads, T, o.dim, bf16, /*cuda=*/true);
+  r.sdpa_backend = cqk::sdpa_backend_for(o.batch, o.heads, T, o.dim, o.dim, bf16, /*cuda=*/true);
   const bool was_enabled = cqk::fused_coupling_enabled();
   cqk::set_fused_coupling_enabled(path != "aten-coupling");
   if (path == "sdpa" || path == "sdpa-cudnn") {

@@ -31,18 +31,22 @@ std::string to_string(SdpaBackend backend);
 void use_sdpa_backend(SdpaBackend backend);
 
 // The backend torch's SDPA picks, under the current order, for causal
-// attention on q, k, v of [batch, heads, time, head_dim] (bf16 or float32, on
-// CUDA or the CPU): "flash", "efficient", "cudnn", "math", "overrideable", or
-// "none" when no backend takes the shape.
-std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, bool bf16, bool cuda);
+// training attention (inputs that require grad) on q, k of [batch, heads,
+// time, head_dim] and v of [batch, heads, time, value_dim] (bf16 or float32,
+// on CUDA or the CPU): "flash", "efficient", "cudnn", "math", "overrideable",
+// or "none" when no backend takes the shape.
+std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, int64_t value_dim,
+                             bool bf16, bool cuda);
 
 }  // namespace cqk
 
 namespace cqk {
 
 // The run's setting: use_sdpa_backend(config.train.sdpa_backend), then what
-// sdpa_backend_for says at the model's attention shape for `batch` rows of
-// data.seq_len (what the trainer and `cqk bench train` log and record).
+// sdpa_backend_for says at the shape the model's attention hands SDPA for
+// `batch` rows of data.seq_len (Differential: half the heads, values of twice
+// the head size; MTA: its vanilla layers, or "none" when every layer scores
+// explicitly). What the trainer and `cqk bench train` log and record.
 std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, bool cuda);
 
 }  // namespace cqk

@@ -383,6 +383,10 @@ BenchResult benchmark_training(const Config& config, const BenchOptions& options
 BenchComparison compare_training(const Config& config, const Config& other, const BenchOptions& options) {
   check_options(options);
   if (!options.dump_dir.empty()) throw std::invalid_argument("bench: --dump and --compare do not go together");
+  // Torch's SDPA order is one per process: both configs run under the same.
+  if (config.train.sdpa_backend != other.train.sdpa_backend)
+    throw std::invalid_argument("bench --compare: the two configs set different train.sdpa_backend (" +
+                                config.train.sdpa_backend + ", " + other.train.sdpa_backend + ")");
   Session a(config, options), b(other, options);
   if (a.device() != b.device()) throw std::invalid_argument("bench --compare: the two configs use different devices");
   for (int64_t i = 0; i < options.warmup; ++i) {

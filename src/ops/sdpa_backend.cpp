@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include "cqk/attention.h"
 #include "model/kind_table.h"
 
 namespace cqk {
@@ -63,17 +64,28 @@ void use_sdpa_backend(SdpaBackend backend) {
   at::globalContext().setSDPPriorityOrder(order);
 }
 
-std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, bool bf16, bool cuda) {
+std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, int64_t value_dim,
+                             bool bf16, bool cuda) {
   const auto options =
       at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat).device(cuda ? at::kCUDA : at::kCPU);
-  const auto q = at::empty({batch, heads, time, head_dim}, options);
-  return torch_backend_name(at::_fused_sdp_choice(q, q, q, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true));
+  const auto q = at::empty({batch, heads, time, head_dim}, options).requires_grad_();
+  const auto v = at::empty({batch, heads, time, value_dim}, options).requires_grad_();
+  return torch_backend_name(at::_fused_sdp_choice(q, q, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true));
 }
 
 std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, bool cuda) {
   use_sdpa_backend(parse_sdpa_backend(config.train.sdpa_backend));
   const auto& m = config.model;
-  return sdpa_backend_for(batch, m.heads, config.data.seq_len, m.width / m.heads, bf16, cuda);
+  const int64_t head_dim = m.width / m.heads;
+  const int64_t t = config.data.seq_len;
+  switch (parse_attention_kind(m.attention.kind)) {
+    case AttentionKind::Differential: return sdpa_backend_for(batch, m.heads / 2, t, head_dim, 2 * head_dim, bf16, cuda);
+    case AttentionKind::MultiToken:
+      if (m.attention.mta.every == 1) return "none";
+      break;
+    default: break;
+  }
+  return sdpa_backend_for(batch, m.heads, t, head_dim, head_dim, bf16, cuda);
 }
 
 }  // namespace cqk
