@@ -25,7 +25,8 @@ void set_fused_rope_enabled(bool enabled);
 at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t position_offset, const at::Device& device);
 
 // cos and sin of rope_angles as [time, head_dim / 2] contiguous float32: the
-// tables the kernels that apply RoPE read.
+// tables the kernels that apply RoPE read. Kept per (shape, base, offset,
+// device) and shared: read them, never write them.
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device,
                                               int64_t position_offset = 0);
 

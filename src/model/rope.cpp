@@ -3,10 +3,17 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
 #include "cqk/runtime.h"
 #include "ops/kernel_arguments.h"
 #include "simd/rope_cpu.h"
 #ifdef CQK_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
 #include "rope_kernels.h"  // kernels/
 #endif
 
@@ -39,6 +46,7 @@ at::Tensor rotated(const at::Tensor& x, const at::Tensor& cos, const at::Tensor&
   auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
 #ifdef CQK_WITH_CUDA
   if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());  // the launch goes to the current device
     kernels::rope_rotate_cuda(kernel_arguments::element_type(x, "rope"), shape_of(x), x.data_ptr(),
                               kernel_arguments::row_strides(x), cos.data_ptr<float>(), sin.data_ptr<float>(),
                               inverse, y.data_ptr(), kernel_arguments::current_stream(x));
@@ -78,8 +86,17 @@ at::Tensor rope_angles(int64_t time, int64_t head_dim, double base, int64_t posi
 
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t time, int64_t head_dim, double base, const at::Device& device,
                                               int64_t position_offset) {
+  // Every attention call of a step asks for the same tables (q and k, every
+  // layer): building them is a handful of small kernels each time.
+  using Key = std::tuple<int64_t, int64_t, double, int64_t, std::string>;
+  static std::mutex mutex;
+  static std::map<Key, std::pair<at::Tensor, at::Tensor>> cache;
+  const Key key{time, head_dim, base, position_offset, device.str()};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto hit = cache.find(key); hit != cache.end()) return hit->second;
+  if (cache.size() >= 64) cache.clear();  // lengths vary only in generation and evaluation
   const auto angles = rope_angles(time, head_dim, base, position_offset, device);
-  return {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
+  return cache[key] = {angles.cos().to(at::kFloat).contiguous(), angles.sin().to(at::kFloat).contiguous()};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, double base, int64_t position_offset) {
