@@ -52,25 +52,31 @@ KERNEL_PATHS='sdpa sdpa-cudnn rope-sdpa fused-coupling-rope fused-coupling aten-
 LOSS_TOLERANCE=0.02
 
 # Torch from the first of python3, $CQK_PYTHON and the H200 image's own venv
-# that imports it: the folders of its libraries go on LD_LIBRARY_PATH after
-# the bundle's (the binaries' RPATH names only ../lib). Sets TORCH_PYTHON,
-# SITE, TORCH_VERSION, GPUS; returns 1 with TORCH_ERROR set.
+# whose torch imports and is the bundle's version (TORCH_NEEDED; any, when the
+# bundle does not say): the folders of its libraries go on LD_LIBRARY_PATH
+# after the bundle's (the binaries' RPATH names only ../lib). Sets
+# TORCH_PYTHON, SITE, TORCH_VERSION, GPUS; returns 1 with TORCH_ERROR set.
 find_torch() {
-  local py info tried=""
+  local py info site version gpus tried=""
   for py in python3 ${CQK_PYTHON:+"$CQK_PYTHON"} /opt/torch/.venv/bin/python3; do
     command -v "$py" >/dev/null || continue
-    if info="$(timeout 30 "$py" -c 'import os, torch
+    if ! info="$(timeout 30 "$py" -c 'import os, torch
 print(os.path.dirname(os.path.dirname(torch.__file__)), torch.__version__, torch.cuda.device_count())' 2>"$WORK/torch.err")"; then
-      TORCH_PYTHON="$(command -v "$py")"
-      read -r SITE TORCH_VERSION GPUS <<<"$info"
-      local dirs="$SITE/torch/lib" d
-      for d in "$SITE"/nvidia/*/lib; do [[ -d "$d" ]] && dirs+=":$d"; done
-      export LD_LIBRARY_PATH="$BUNDLE/lib:$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      return 0
+      tried+="${tried:+; }$py: $(tail -1 "$WORK/torch.err")"
+      continue
     fi
-    tried+="${tried:+; }$py: $(tail -1 "$WORK/torch.err")"
+    read -r site version gpus <<<"$info"
+    if [[ -n "${TORCH_NEEDED:-}" && "$version" != "$TORCH_NEEDED" ]]; then
+      tried+="${tried:+; }$py: torch $version, the bundle needs $TORCH_NEEDED"
+      continue
+    fi
+    TORCH_PYTHON="$(command -v "$py")" SITE="$site" TORCH_VERSION="$version" GPUS="$gpus"
+    local dirs="$SITE/torch/lib" d
+    for d in "$SITE"/nvidia/*/lib; do [[ -d "$d" ]] && dirs+=":$d"; done
+    export LD_LIBRARY_PATH="$BUNDLE/lib:$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    return 0
   done
-  TORCH_ERROR="no python imports torch (${tried:-none found})"
+  TORCH_ERROR="no python with the bundle's torch (${tried:-none found})"
   return 1
 }
 
@@ -261,7 +267,7 @@ report() {  # STATE: running | finished | interrupted
 on_signal() {  # SIGNAL
   trap - TERM INT
   if [[ -n "$RUNNING" ]]; then
-    kill -TERM -- -"$STAGE_PID" 2>/dev/null
+    [[ -n "$STAGE_PID" ]] && kill -TERM -- -"$STAGE_PID" 2>/dev/null
     STATUS[$RUNNING]=INTERRUPTED SECS[$RUNNING]=$((SECONDS - STAGE_START)) REASON[$RUNNING]="run.sh got SIG$1"
   fi
   report interrupted
@@ -287,7 +293,7 @@ run_stage() {  # NAME: runs it under its limit, sets its STATUS, SECS and REASON
   wait "$STAGE_PID"
   rc=$?
   kill -TERM -- -"$STAGE_PID" 2>/dev/null  # what its parts left behind: timeout made the stage a process group
-  RUNNING=""
+  RUNNING="" STAGE_PID=""
   SECS[$name]=$((SECONDS - STAGE_START))
   reason="$(cat "$WORK/$name/reason" 2>/dev/null)"
   if ((rc == 124 || (rc == 137 && SECS[$name] >= LIMIT[$name]))); then
