@@ -201,16 +201,17 @@ def read_config(args):
 
 
 def read_optimizer_groups(args):
-    """The trainer's optimizer groups: a dump's optimizer.json, or the "optimizer_groups"
-    of `cqk bench train --json` (the one given with --config, else the file beside it)."""
-    if args.config:
+    """The trainer's optimizer groups, from where read_config reads the config: a
+    dump's optimizer.json, or with --config the "optimizer_groups" of `cqk bench
+    train --json`, else the optimizer.json beside the given config.json."""
+    if args.dump:
+        path = os.path.join(args.dump, "optimizer.json")
+    else:
         with open(args.config) as f:
             given = json.load(f)
         if "optimizer_groups" in given:
             return given["optimizer_groups"]
         path = os.path.join(os.path.dirname(args.config), "optimizer.json")
-    else:
-        path = os.path.join(args.dump, "optimizer.json")
     if not os.path.exists(path):
         raise SystemExit(f"bench_pytorch.py: no optimizer groups ({path} is missing): give the folder of "
                          "`cqk bench train --dump DIR`, or the output of `cqk bench train --json`")
@@ -263,7 +264,7 @@ def check_loss(args, config):
     out = {"loss_pytorch": loss, "loss_cqk": reference["loss"], "abs_diff": diff, "tolerance": args.tolerance,
            "ok": ok, "after_steps": reference.get("after_steps"), "tensors": len(weights), **compiled}
     if reference.get("after_steps") == 0:
-        # The same seed and the same draws in the same order should give the same initial weights.
+        # The same seed gives every parameter the same keyed draw: the same initial weights.
         out["init_max_abs_diff"] = max((own_init[k] - weights[k]).abs().max().item() for k in weights)
     print(json.dumps(out))
     return 0 if out["ok"] else 1

@@ -131,7 +131,7 @@ void expect_same_loss(const std::string& config, int warmup, bool expect_same_in
   EXPECT_LE(j["abs_diff"].get<double>(), 1e-5) << check.out;
   EXPECT_GT(j["loss_cqk"].get<double>(), 0.0) << check.out;
   if (expect_same_init) {
-    // Same seed, same draws in the same order: Python's own initialisation is cqk's.
+    // Same seed, the same draw per parameter name: Python's own initialisation is cqk's.
     ASSERT_TRUE(j.contains("init_max_abs_diff")) << check.out;
     EXPECT_EQ(j["init_max_abs_diff"].get<double>(), 0.0) << check.out;
   }

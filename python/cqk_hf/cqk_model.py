@@ -377,7 +377,12 @@ class TransformerLM(nn.Module):
     @torch.no_grad()
     def initialise(self, seed):
         for name, p in self.named_parameters():
-            _draw(name, p, self.cfg, torch.Generator().manual_seed(parameter_seed(seed, name)))
+            if p.is_meta:
+                continue  # built without storage (transformers' from_pretrained): the weights are loaded next
+            # Drawn on the CPU, as cqk does, so the values do not depend on the device.
+            values = p.detach().to("cpu", torch.float32).clone()
+            if _draw(name, values, self.cfg, torch.Generator().manual_seed(parameter_seed(seed, name))):
+                p.copy_(values)
 
     def forward(self, tokens):
         return lm_logits(self, tokens)
