@@ -44,7 +44,7 @@ struct Paired {
   stats::PairedResult test;
   double minimum_detectable = 0;  // |Δ| detected with power kPower at two-sided kAlpha
   double welch_half_width = 0;    // the unpaired CI's half-width on the same seeds, for comparison
-  double p_bonferroni = 0;        // of the one-sided p (variant better), over all paired comparisons
+  double p_bonferroni = 0;        // of the one-sided p (variant better), over the call's comparisons
 };
 
 struct Comparison {
@@ -289,8 +289,10 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
     }
     out << "\n";
   }
-  out << "\nThe runs of a seed share their initial weights and batches (initialisation keyed by parameter name), "
-         "so each pair's difference is the coupling's effect plus its own training noise. Δ mean and its 95% CI: "
+  out << "\nRuns initialised keyed by parameter name see the same batches per seed, and a coupled variant and its "
+         "base share every initial weight they have in common, so each pair's difference is the coupling's effect plus "
+         "its own training noise; for such runs this is the test to read (Welch's above treats them as unpaired). "
+         "Δ mean and its 95% CI: "
          "variant - base; ± paired / ± Welch: the CI's half-width paired and unpaired (Welch) on the same runs. "
          "d_z = Δ mean / sd of Δ. p Bonferroni: one-sided p times "
       << report.comparisons.size() << " comparisons. Detectable Δ: the smallest true |Δ| a two-sided paired t-test "

@@ -10,7 +10,8 @@
 //   3. ATen: the module's transform, through recompute_from_inverse.h when a
 //      backward pass will come (invertible kinds), else plain.
 // All run the map in float32 (bf16 inputs are upcast, outputs cast back);
-// what a path does not fuse (QK-norm, RoPE) follows in ATen. Each
+// what a path does not fuse (QK-norm, RoPE) follows (RMSNorm's and
+// apply_rope's own kernels, else ATen). Each
 // accelerator's *_applies function says what it covers.
 #include <ATen/core/Tensor.h>
 

@@ -118,7 +118,8 @@ WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>
 double student_t_quantile(double p, double df) {
   if (!(p > 0 && p < 1)) throw std::invalid_argument("student_t_quantile: p must lie in (0, 1)");
   if (!(df > 0)) throw std::invalid_argument("student_t_quantile: degrees of freedom must be positive");
-  // Bisection on the monotone CDF: |t| below 1e7 covers df >= 1 down to p ~ 1e-14.
+  // Bisection on the monotone CDF within |t| < 1e7: at df = 1 that covers
+  // p down to about 3e-8 (t ~ -1/(pi p)), more at larger df; beyond, +-1e7.
   double lo = -1e7, hi = 1e7;
   for (int i = 0; i < 200 && hi - lo > 1e-13 * std::max(1.0, std::fabs(lo)); ++i) {
     const double mid = 0.5 * (lo + hi);
