@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <optional>
 
 #include "cqk/attention.h"
 #include "cqk/headwise_mlp.h"
@@ -18,30 +19,34 @@ bool ends_with(const std::string& name, const std::string& suffix) {
   return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Draws `p` from its distribution with `generator`; false for a parameter whose
-// initial value is fixed. The one place that knows each parameter's distribution
-// by its name; a test builds models under different global seeds to catch a
-// random parameter missing here.
-bool draw(const std::string& name, at::Tensor& p, const ModelConfig& config, at::Generator& generator) {
+// How a parameter's initial values are drawn: N(a, b^2), or U(a, b).
+struct Distribution {
+  bool uniform = false;
+  double a = 0, b = 0;
+};
+
+// The distribution of the parameter `name` of shape `sizes`, or nullopt for a
+// parameter whose initial value is fixed. The one place that knows each
+// parameter's distribution by its name; a test builds models under different
+// global seeds to catch a random parameter missing here.
+std::optional<Distribution> initial_distribution(const std::string& name, at::IntArrayRef sizes,
+                                                 const ModelConfig& config) {
   const double std = config.init_std;
   // Projections that write into the residual stream are scaled down by sqrt(2 * layers) (GPT-2).
   const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config.layers));
-  if (name == "embedding.weight") {
-    p.normal_(0.0, std, generator);
-  } else if (contains(name, ".coupling.")) {
+  if (name == "embedding.weight") return Distribution{false, 0.0, std};
+  if (contains(name, ".coupling.")) {
     // The conditioners' first layers; their output layers are zero (identity at init).
-    if (!ends_with(name, ".w1")) return false;
-    const double bound = HeadwiseMLPImpl::default_init_bound(p.size(-1));
-    p.uniform_(-bound, bound, generator);
-  } else if (contains(name, "_proj.weight") || contains(name, "mlp.")) {
-    const bool residual = contains(name, "out_proj.") || contains(name, "mlp.down.");
-    p.normal_(0.0, residual ? residual_std : std, generator);
-  } else if (contains(name, ".lambda_")) {
-    p.normal_(0.0, kDifferentialLambdaInitStd, generator);
-  } else {
-    return false;
+    if (!ends_with(name, ".w1")) return std::nullopt;
+    const double bound = HeadwiseMLPImpl::default_init_bound(sizes.back());
+    return Distribution{true, -bound, bound};
   }
-  return true;
+  if (contains(name, "_proj.weight") || contains(name, "mlp.")) {
+    const bool residual = contains(name, "out_proj.") || contains(name, "mlp.down.");
+    return Distribution{false, 0.0, residual ? residual_std : std};
+  }
+  if (contains(name, ".lambda_")) return Distribution{false, 0.0, kDifferentialLambdaInitStd};
+  return std::nullopt;
 }
 
 }  // namespace
@@ -55,10 +60,14 @@ uint64_t parameter_seed(uint64_t seed, const std::string& name) {
 void initialise_parameters(torch::nn::Module& model, const ModelConfig& config, uint64_t seed) {
   at::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) {
+    const auto d = initial_distribution(item.key(), item.value().sizes(), config);
+    if (!d) continue;
     auto generator = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(seed, item.key()));
-    // Drawn on the CPU so that the values do not depend on the device.
-    auto values = item.value().detach().to(at::kCPU, at::kFloat).clone();
-    if (draw(item.key(), values, config, generator)) item.value().copy_(values);
+    // Drawn on the CPU in float32 so that the values do not depend on the device.
+    auto values = at::empty(item.value().sizes(), at::kFloat);
+    if (d->uniform) values.uniform_(d->a, d->b, generator);
+    else values.normal_(d->a, d->b, generator);
+    item.value().copy_(values);
   }
 }
 
