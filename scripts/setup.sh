@@ -23,10 +23,11 @@ fi
 command -v "$CQK_PYTHON" >/dev/null || die "$CQK_PYTHON not found (set CQK_PYTHON)"
 # transformers, safetensors, sentencepiece: the exported model folders (`cqk export`)
 # and their check, pinned to versions tested with this torch. scipy: the check of
-# `cqk stats` (tests/paired_stats_check.py). lm-eval with its hf extra (54 more
+# `cqk stats` (tests/paired_stats_check.py). tensorboard: the reader of `cqk train`'s event
+# files (tests/tensorboard_check.py) and the viewer. lm-eval with its hf extra (54 more
 # packages, +630 MB, ~40 s) only when asked: CQK_WITH_LM_EVAL=1 scripts/setup.sh.
 CQK_PIP_PACKAGES=("torch==$CQK_TORCH_VERSION" numpy matplotlib transformers==5.25.0 safetensors==0.8.0
-                  sentencepiece==0.2.3 scipy==1.17.1)
+                  sentencepiece==0.2.3 scipy==1.17.1 tensorboard==2.21.0)
 [[ "${CQK_WITH_LM_EVAL:-0}" == 1 ]] && CQK_PIP_PACKAGES+=("lm-eval[hf]==0.4.13")
 if [[ ! -f "$CQK_VENV/.complete" ]]; then
   echo "setup: installing torch==$CQK_TORCH_VERSION into $CQK_VENV (one-time, ~4.6 GB)"

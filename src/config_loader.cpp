@@ -153,13 +153,16 @@ std::vector<Field> describe(TrainConfig& c) {
           key("threads", c.threads, at_least(0))};
 }
 
+std::vector<Field> describe(LogConfig& c) { return {key("tensorboard", c.tensorboard)}; }
+
 std::vector<Field> describe(RunConfig& c) {
   return {key("name", c.name), key("dir", c.dir), key("seed", c.seed, at_least(0))};
 }
 
 Field describe(Config& c) {
   return section("", {section("run", describe(c.run)), section("model", describe(c.model)),
-                      section("data", describe(c.data)), section("train", describe(c.train))});
+                      section("data", describe(c.data)), section("train", describe(c.train)),
+                      section("log", describe(c.log))});
 }
 
 const Field* child(const Field& section, const std::string& name) {

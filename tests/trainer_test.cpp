@@ -169,14 +169,22 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
   EXPECT_EQ(stored.model.width, 32);
   EXPECT_EQ(stored.train.steps, 12);
 
-  // metrics.jsonl: one JSON object a line; training lines and evaluation lines.
+  // metrics.jsonl: one JSON object a line; training lines, evaluation lines
+  // and last the final evaluations over the whole splits.
   std::istringstream lines(read_file(dir / "metrics.jsonl"));
-  int training_lines = 0, valid_lines = 0;
+  int training_lines = 0, valid_lines = 0, final_lines = 0;
   for (std::string line; std::getline(lines, line);) {
     nlohmann::json j;
     ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
     ASSERT_TRUE(j.is_object()) << line;
     ASSERT_TRUE(j.contains("step")) << line;
+    if (j.contains("test_ppl")) {
+      ++final_lines;
+      EXPECT_EQ(j["step"].get<int64_t>(), 12) << line;
+      EXPECT_DOUBLE_EQ(j["valid_ppl"].get<double>(), summary.valid.perplexity) << line;
+      EXPECT_DOUBLE_EQ(j["test_loss"].get<double>(), summary.test.loss) << line;
+      continue;
+    }
     if (j.contains("valid_ppl")) {
       ++valid_lines;
       EXPECT_TRUE(std::isfinite(j["valid_ppl"].get<double>())) << line;
@@ -192,7 +200,7 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
       continue;
     }
     ++training_lines;
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu"}) {
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "rss_mb"}) {
       ASSERT_TRUE(j.contains(key)) << key << " missing: " << line;
       EXPECT_TRUE(j[key].is_number()) << key << ": " << line;
       EXPECT_TRUE(std::isfinite(j[key].get<double>())) << key << ": " << line;
@@ -200,9 +208,17 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
     EXPECT_EQ(j["step"].get<int64_t>() % 2, 0) << line;  // log_every 2
     EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0) << line;
     EXPECT_GT(j["lr"].get<double>(), 0.0) << line;
+    EXPECT_GT(j["step_time_s"].get<double>(), 0.0) << line;
+    EXPECT_GT(j["rss_mb"].get<double>(), 1.0) << line;
+    EXPECT_FALSE(j.contains("cuda_peak_mb")) << line;  // a CPU run
   }
   EXPECT_EQ(training_lines, 6);
-  EXPECT_EQ(valid_lines, 2);  // steps 4 and 8 (the final evaluation goes to results.json)
+  EXPECT_EQ(valid_lines, 2);  // steps 4 and 8
+  EXPECT_EQ(final_lines, 1);
+  // tb/: one event file (log.tensorboard is on by default; tests/tensorboard_check.py reads it).
+  const auto event_files = folder_entries(dir / "tb");
+  ASSERT_EQ(event_files.size(), 1u);
+  EXPECT_NE(event_files.front().find("tfevents"), std::string::npos) << event_files.front();
 
   // results.json
   const auto results = nlohmann::json::parse(read_file(dir / "results.json"));

@@ -96,6 +96,10 @@ struct TrainConfig {
   int64_t threads = 0;                // 0: all available cores
 };
 
+struct LogConfig {
+  bool tensorboard = true;            // RUN/tb/: TensorBoard event files, written live (rank 0)
+};
+
 struct RunConfig {
   std::string name = "default";
   std::string dir;                    // empty: runs/<name>-seed<seed>
@@ -107,6 +111,7 @@ struct Config {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  LogConfig log;
 };
 
 }  // namespace cqk

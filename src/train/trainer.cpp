@@ -7,10 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "cqk/checkpoint.h"
@@ -27,6 +26,8 @@
 #include "cqk/sdpa_backend.h"
 #include "cqk/sweep_results.h"
 #include "cqk/train_step.h"
+#include "train/memory_usage.h"
+#include "train/metrics_log.h"
 
 namespace cqk {
 
@@ -135,11 +136,6 @@ void remove_stale_temporaries(const std::string& run_dir) {
     log::info("removed " + std::to_string(removed) + " temporary checkpoint file(s) of an interrupted write");
 }
 
-void append_line(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::app);
-  out << line << '\n';
-}
-
 // The name of the first parameter or gradient that is not finite, for the divergence message.
 std::string first_non_finite(TransformerLM& model) {
   for (const auto& item : model->named_parameters()) {
@@ -175,12 +171,12 @@ std::pair<TrainingState, std::string> resume_from_checkpoints(const std::string&
 }
 
 // An evaluation line of metrics.jsonl: the validation metrics, flat, and the coupling's diagnostics.
-void log_evaluation(const std::string& metrics_path, const TrainingState& state, const Evaluation& valid,
-                    const std::vector<CouplingDiagnostics>& coupling) {
+nlohmann::json evaluation_line(const TrainingState& state, const Evaluation& valid,
+                               const std::vector<CouplingDiagnostics>& coupling) {
   auto line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
   line.update(flat_evaluation_json("valid_", valid));
   if (!coupling.empty()) line["coupling"] = coupling_json(coupling);
-  append_line(metrics_path, line.dump());
+  return line;
 }
 
 // results.json: what the run was, its final evaluations and its coupling.
@@ -298,7 +294,12 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
                            : coupling_diagnostics(model, batches.front().inputs.to(device));
   };
 
-  const auto metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  // One writer, rank 0; what an interrupted process logged past the checkpoint goes.
+  std::optional<MetricsLog> metrics;
+  if (dist.is_main()) {
+    metrics.emplace(run_dir, config.log.tensorboard, options.resume ? state.step : -1);
+    if (!options.resume) metrics->write_config(to_yaml(config));
+  }
   const auto save = [&] {
     if (!dist.is_main()) return;  // one writer; every rank resumes from it
     save_checkpoint(checkpoint_path(run_dir, state.step), *model, *optimizer, state);
@@ -315,6 +316,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   const int64_t first_step = state.step;
   auto window_start = Clock::now();
   int64_t window_tokens = 0;
+  int64_t window_steps = 0;
   double tokens_per_second = 0.0;
 
   while (state.step < config.train.steps) {
@@ -340,17 +342,25 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     ++state.step;
     state.tokens += tokens_per_step;
     window_tokens += tokens_per_step;
+    ++window_steps;
 
     const double window_seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
     if (state.step % config.train.log_every == 0 || state.step == config.train.steps) {
       tokens_per_second = window_tokens / std::max(window_seconds, 1e-9);
       const double mfu = tokens_per_second * flops_per_token / (peak_flops * dist.world_size());
-      nlohmann::json line = {{"step", state.step},   {"tokens", state.tokens},  {"loss", loss_value},
-                             {"lr", lr},             {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_second},
+      nlohmann::json line = {{"step", state.step},
+                             {"tokens", state.tokens},
+                             {"loss", loss_value},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_s", tokens_per_second},
+                             {"step_time_s", window_seconds / window_steps},
                              {"mfu", mfu}};
-      if (dist.is_main()) append_line(metrics_path, line.dump());
+      line.update(memory_usage(device));
+      if (metrics) metrics->append(line);
       window_start = Clock::now();
       window_tokens = 0;
+      window_steps = 0;
     }
     char detail[160];
     std::snprintf(detail, sizeof detail, "loss %.4f | lr %.2e | %.0f tok/s", loss_value, lr, tokens_per_second);
@@ -360,7 +370,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
       const auto valid =
           evaluate_split(dist, model, *source, Split::Valid, config.train.eval_batches, device, tables);
       const auto coupling = dist.is_main() ? coupling_batch() : std::vector<CouplingDiagnostics>{};
-      if (dist.is_main()) log_evaluation(metrics_path, state, valid, coupling);
+      if (metrics) metrics->append(evaluation_line(state, valid, coupling));
       progress.finish();
       info("step " + std::to_string(state.step) + " valid " + describe(valid));
       if (!coupling.empty()) info("step " + std::to_string(state.step) + " " + describe(coupling));
@@ -390,6 +400,11 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   if (!dist.is_main()) return summary;  // rank 0 writes the results
   save_weights_for_python((fs::path(run_dir) / "model.pt").string(), *model);
   const auto coupling = coupling_batch();
+  // The final evaluations over the whole splits, as the last line.
+  auto final_line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
+  final_line.update(flat_evaluation_json("valid_", summary.valid));
+  final_line.update(flat_evaluation_json("test_", summary.test));
+  metrics->append(final_line);
   write_results(run_dir, config, state, breakdown, summary, coupling, hash);
   log::info("finished: valid " + describe(summary.valid));
   log::info("finished: test " + describe(summary.test));
