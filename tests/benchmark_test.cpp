@@ -116,6 +116,23 @@ TEST(Benchmark, TextOutputAndBadArguments) {
   EXPECT_NE(missing.out.find("cqk: error"), std::string::npos) << missing.out;
 }
 
+// --profile: after the timing, a Chrome trace of a few more steps in ./profile/, and the table.
+TEST(Benchmark, ProfileWritesATraceAndTheTable) {
+  TempDir dir("cqk-bench");
+  const auto r = run_command("cd " + shell_quote(dir.path()) + " && " + kTool + " bench train " + kSource +
+                             "/configs/bench/tiny.yaml --warmup 0 --steps 1 --profile" + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("by cqk range"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cqk::attention"), std::string::npos) << r.out;
+  const auto trace = json::parse(read_file(dir / "profile/bench-tiny-bench.json"));
+  int steps = 0;
+  for (const auto& event : trace.at("traceEvents")) steps += event.value("name", std::string()) == "cqk::step";
+  EXPECT_EQ(steps, cqk::kProfiledBenchSteps);
+  const auto both = run_command(kTool + " bench train " + kSource + "/configs/bench/tiny.yaml --profile --compare " +
+                                kSource + "/configs/bench/tiny.yaml");
+  EXPECT_NE(both.exit_code, 0) << both.out;
+}
+
 // cqk's loss and bench_pytorch.py's loss of the dumped weights on the dumped batch.
 void expect_same_loss(const std::string& config, int warmup, bool expect_same_init) {
   const std::string py = python();

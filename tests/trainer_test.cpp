@@ -242,6 +242,53 @@ TEST(Trainer, FinishedRunFolderHoldsConfigMetricsResultsLogAndFewCheckpoints) {
   for (const auto& name : folder_entries(dir.path())) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
 }
 
+TEST(Trainer, TensorBoardCanBeTurnedOff) {
+  TempDir dir("cqk-train");
+  ASSERT_EQ(cqk::train(tiny_run_config({"log.tensorboard=false", "train.steps=2"}), in_dir(dir)).outcome,
+            cqk::TrainOutcome::Finished);
+  for (const auto& name : folder_entries(dir.path())) EXPECT_NE(name, "tb");
+}
+
+// --profile-steps: a Chrome trace (trace-event JSON) holding each of cqk's
+// ranges, and the table in the run's log.
+TEST(Trainer, ProfileStepsWriteATraceWithCqkRanges) {
+  TempDir dir("cqk-train");
+  auto options = in_dir(dir);
+  options.profile_steps = "3:4";
+  ASSERT_EQ(cqk::train(tiny_run_config({"train.steps=5"}), options).outcome, cqk::TrainOutcome::Finished);
+  const auto trace = nlohmann::json::parse(read_file(dir / "profile/steps-3-4.json"));
+  ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
+  std::map<std::string, int> ranges;
+  for (const auto& event : trace["traceEvents"]) {
+    const auto name = event.value("name", std::string());
+    if (name.rfind("cqk::", 0) == 0 && event.value("ph", std::string()) == "X") ++ranges[name];
+  }
+  EXPECT_EQ(ranges["cqk::step"], 2);
+  for (const char* range : {"cqk::forward", "cqk::attention", "cqk::coupling", "cqk::mlp", "cqk::loss",
+                            "cqk::backward", "cqk::optimizer"})
+    EXPECT_GE(ranges[range], 2) << range;
+  EXPECT_EQ(ranges["cqk::attention"], 2 * 2);  // two layers, two steps
+  const auto log = read_file(dir / "train.log");
+  EXPECT_NE(log.find("by cqk range"), std::string::npos);
+  EXPECT_NE(log.find("operators by self time"), std::string::npos);
+}
+
+TEST(Trainer, ProfileAndSnapshotStepsPastTheRunOrOnTheCpuAreRefused) {
+  TempDir dir("cqk-train");
+  auto options = in_dir(dir);
+  options.profile_steps = "2:13";
+  EXPECT_THROW(cqk::train(tiny_run_config(), options), std::invalid_argument);
+  options.profile_steps.clear();
+  options.memory_snapshot_step = 2;
+  try {
+    cqk::train(tiny_run_config(), options);
+    ADD_FAILURE() << "a memory snapshot on the CPU was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(folder_entries(dir.path()).empty());  // bad input leaves no run behind
+}
+
 TEST(Trainer, RefusesToStartOverAnExistingRunAndToResumeWithoutCheckpoints) {
   TempDir dir("cqk-train");
   const auto config = tiny_run_config();

@@ -25,7 +25,12 @@ struct BenchOptions {
   // (reference.json) and the resolved config (config.json).
   std::string dump_dir;
   int64_t peak_size = 0;   // side of the square matmul for the measured peak; 0: 2048 on CPU, 8192 on CUDA
+  // Non-empty: after the timed steps, kProfiledBenchSteps more under the
+  // profiler, written to this Chrome trace, with their table in the log.
+  std::string profile_trace;
 };
+
+constexpr int64_t kProfiledBenchSteps = 3;
 
 // Order statistics of a sample (seconds).
 struct Spread {

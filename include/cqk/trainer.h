@@ -21,6 +21,8 @@ struct TrainOptions {
   std::string run_dir;      // empty: from the config (run.dir or runs/<name>-seed<seed>)
   bool resume = false;      // continue the run in run_dir from its newest checkpoint
   int64_t max_steps = 0;    // > 0: stop (with a checkpoint) after this many steps in this invocation
+  std::string profile_steps;          // "A:B": Kineto trace of steps A..B in RUN/profile/ (train/step_profiler.h)
+  int64_t memory_snapshot_step = 0;   // > 0, CUDA: the allocator's snapshot after this step in RUN/profile/
 };
 
 enum class TrainOutcome { Finished, Paused, Interrupted, Diverged };

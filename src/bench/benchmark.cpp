@@ -32,6 +32,7 @@
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
 #include "export/model_config_json.h"
+#include "train/step_profiler.h"
 
 #ifdef CQK_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -377,6 +378,14 @@ BenchResult benchmark_training(const Config& config, const BenchOptions& options
   session.result().other_cpu_load = other_cpu_load(cpu_start, cpu_end);
   peak.measure();
   peak.apply({&session});
+  if (!options.profile_trace.empty()) {  // after the timing, which the profiler would slow
+    StepProfiler profiler({1, kProfiledBenchSteps}, options.profile_trace, session.device());
+    for (int64_t i = 1; i <= kProfiledBenchSteps; ++i) {
+      profiler.begin_step(i);
+      session.step();
+      profiler.end_step(i);
+    }
+  }
   return session.result();
 }
 

@@ -108,6 +108,7 @@ void add_bench_command(CLI::App& app) {
     std::vector<std::string> overrides;
     BenchOptions options;
     bool json = false;
+    bool profile = false;
   };
   auto args = std::make_shared<Arguments>();
   auto* bench = app.add_subcommand("bench", "Measure throughput (docs/BENCHMARKS.md)");
@@ -132,10 +133,17 @@ void add_bench_command(CLI::App& app) {
                     "Also run this config (same --set), alternating steps with CONFIG in one process, and report "
                     "the step-time ratio CONFIG/OTHER (e.g. CONFIG coupled, OTHER its base)")
       ->type_name("OTHER");
+  train->add_flag("--profile", args->profile, "After the timing, profile " + std::to_string(kProfiledBenchSteps) +
+                                                " more steps: profile/<run.name>-bench.json (Chrome trace) and a "
+                                                "table by cqk range in the log");
   train->add_flag("--json", args->json, "Print one JSON object instead of text");
   train->callback([args] {
     const Config config = args->config_path.empty() ? default_config(args->overrides)
                                                     : load_config(args->config_path, args->overrides);
+    if (args->profile) {
+      if (!args->compare_path.empty()) throw std::invalid_argument("bench: --profile and --compare do not go together");
+      args->options.profile_trace = "profile/" + config.run.name + "-bench.json";
+    }
     if (!args->compare_path.empty()) {
       const auto comparison = compare_training(config, load_config(args->compare_path, args->overrides), args->options);
       std::cout << (args->json ? to_json(comparison) + "\n" : describe(comparison)) << std::flush;

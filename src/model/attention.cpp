@@ -1,6 +1,7 @@
 #include "cqk/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <limits>
@@ -215,6 +216,7 @@ at::Tensor AttentionImpl::score(const at::Tensor& q, const at::Tensor& k, const 
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  RECORD_USER_SCOPE("cqk::attention");  // a profiler range (train/step_profiler.h)
   require(x.dim() == 3 && x.size(2) == options_.width(),
           "input must be [batch, time, " + std::to_string(options_.width()) + "], got " + c10::str(x.sizes()));
   auto q = split_heads(q_proj(x), options_.num_heads());

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <cstdio>
@@ -60,6 +61,7 @@ MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
+  RECORD_USER_SCOPE("cqk::mlp");  // a profiler range (train/step_profiler.h); free when none records
   if (gate) return down(swiglu(gate(x), up(x)));
   return down(at::gelu(up(x)));
 }
@@ -119,6 +121,7 @@ at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens) {
 
 at::Tensor TransformerLMImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   const auto hidden = final_hidden(tokens);
+  RECORD_USER_SCOPE("cqk::loss");
   return linear_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), embedding->weight, targets.reshape(-1),
                               /*ignore_index=*/-1);
 }

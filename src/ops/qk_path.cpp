@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
@@ -37,6 +38,7 @@ std::pair<at::Tensor, at::Tensor> couple(QKCouplingImpl& coupling, const at::Ten
                                          const BeforeScoring& before) {
   const auto& options = coupling.options();
   if (options.kind() == CouplingKind::None) return finish(q, k, before, /*rope_applied=*/false);
+  RECORD_USER_SCOPE("cqk::coupling");  // with the QK-norm and RoPE that follow it; a profiler range
   if (fused_affine_coupling_applies(coupling, q, k)) {
     if (!before.q_norm || fused_qk_norm_applies(before.q_norm->weight, before.k_norm->weight, q)) {
       std::optional<FusedQKNorm> norm;

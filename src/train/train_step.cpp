@@ -3,6 +3,8 @@
 #include "cqk/device.h"
 #include "cqk/trainer.h"
 
+#include <ATen/record_function.h>
+
 namespace cqk {
 
 double accumulate_gradients(StepContext& step) {
@@ -13,12 +15,16 @@ double accumulate_gradients(StepContext& step) {
     const auto batch = step.source.next_train();
     at::Tensor loss;
     {
+      RECORD_USER_SCOPE("cqk::forward");  // profiler ranges (train/step_profiler.h)
       AutocastScope autocast(step.device, step.bf16);
       loss = step.model->loss(batch.inputs.to(step.device), batch.targets.to(step.device)) /
              static_cast<double>(micro_batches);
     }
     step.dist.begin_backward(micro + 1 == micro_batches);  // all-reduce in the last backward only
-    loss.backward();
+    {
+      RECORD_USER_SCOPE("cqk::backward");
+      loss.backward();
+    }
     loss_value += loss.item<double>();
   }
   step.dist.finish_gradient_sync();
@@ -26,6 +32,7 @@ double accumulate_gradients(StepContext& step) {
 }
 
 double apply_gradients(StepContext& step) {
+  RECORD_USER_SCOPE("cqk::optimizer");
   const double grad_norm = clip_gradient_norm(step.model->parameters(), step.train.grad_clip);
   step.optimizer.step();
   return grad_norm;

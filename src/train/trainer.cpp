@@ -28,6 +28,7 @@
 #include "cqk/train_step.h"
 #include "train/memory_usage.h"
 #include "train/metrics_log.h"
+#include "train/step_profiler.h"
 
 namespace cqk {
 
@@ -249,6 +250,22 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   };
 
   const bool bf16 = use_bf16(config.train, device);
+  std::optional<StepProfiler> profiler;
+  if (!options.profile_steps.empty()) {
+    const auto steps = parse_profile_steps(options.profile_steps, "--profile-steps");
+    if (steps.last > config.train.steps)
+      throw std::invalid_argument("--profile-steps: step " + std::to_string(steps.last) + " is past train.steps (" +
+                                  std::to_string(config.train.steps) + ")");
+    const std::string rank = dist_env.world_size > 1 ? "-rank" + std::to_string(dist_env.rank) : "";
+    profiler.emplace(steps, (fs::path(run_dir) / "profile" /
+                             ("steps-" + std::to_string(steps.first) + "-" + std::to_string(steps.last) + rank + ".json"))
+                                .string(),
+                     device);
+  }
+  if (options.memory_snapshot_step > config.train.steps)
+    throw std::invalid_argument("--memory-snapshot-step: step " + std::to_string(options.memory_snapshot_step) +
+                                " is past train.steps (" + std::to_string(config.train.steps) + ")");
+  if (options.memory_snapshot_step > 0) record_cuda_memory_history(device);
   TransformerLM model(config.model, static_cast<uint64_t>(config.run.seed));
   model->to(device);
   auto optimizer = make_optimizer(model, config.train);
@@ -323,6 +340,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     crash_rank_for_test_if_requested(dist.rank(), state.step);
     const double lr = learning_rate(config.train, state.step);
     optimizer->set_learning_rate(lr);
+    if (profiler) profiler->begin_step(state.step + 1);
     double loss_value = accumulate_gradients(step);
     // The mean loss over ranks, and whether any rank was asked to stop, so all ranks decide alike.
     const auto agreed = dist.all_reduce_sum({loss_value, signals.pending() ? 1.0 : 0.0});
@@ -340,6 +358,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     }
     const double grad_norm = apply_gradients(step);
     ++state.step;
+    if (profiler) profiler->end_step(state.step);
+    if (state.step == options.memory_snapshot_step && dist.is_main())
+      write_cuda_memory_snapshot(
+          (fs::path(run_dir) / "profile" / ("memory-step-" + std::to_string(state.step) + ".pickle")).string());
     state.tokens += tokens_per_step;
     window_tokens += tokens_per_step;
     ++window_steps;
