@@ -249,6 +249,15 @@ TEST(Trainer, TensorBoardCanBeTurnedOff) {
   for (const auto& name : folder_entries(dir.path())) EXPECT_NE(name, "tb");
 }
 
+// A tb/ that cannot be a folder costs the run its TensorBoard files, with a warning, and nothing else.
+TEST(Trainer, AnUnusableTensorBoardFolderDoesNotStopTheRun) {
+  TempDir dir("cqk-train");
+  { std::ofstream(dir / "tb") << "a file where the folder would go"; }
+  ASSERT_EQ(cqk::train(tiny_run_config({"train.steps=2"}), in_dir(dir)).outcome, cqk::TrainOutcome::Finished);
+  EXPECT_NE(read_file(dir / "train.log").find("TensorBoard logging is off"), std::string::npos);
+  EXPECT_FALSE(read_file(dir / "metrics.jsonl").empty());
+}
+
 // --profile-steps: a Chrome trace (trace-event JSON) holding each of cqk's
 // ranges, and the table in the run's log.
 TEST(Trainer, ProfileStepsWriteATraceWithCqkRanges) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cqk/checkpoint.h"
+#include "cqk/log.h"
 #include "train/tensorboard_log.h"
 
 namespace cqk {
@@ -31,7 +32,12 @@ void drop_lines_after(const std::string& path, int64_t kept_through_step) {
 MetricsLog::MetricsLog(const std::string& run_dir, bool tensorboard, int64_t kept_through_step)
     : path_((fs::path(run_dir) / "metrics.jsonl").string()) {
   drop_lines_after(path_, kept_through_step);
-  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tb").string(), kept_through_step);
+  if (!tensorboard) return;
+  try {
+    tensorboard_ = std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tb").string(), kept_through_step);
+  } catch (const std::exception& e) {  // a folder that cannot be made, say: the run goes on without
+    log::warn(std::string("tensorboard: ") + e.what() + "; TensorBoard logging is off for this run");
+  }
 }
 
 MetricsLog::~MetricsLog() = default;
