@@ -8,10 +8,8 @@
 #include <torch/nn/module.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <filesystem>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -21,7 +19,6 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "cqk/checkpoint.h"
 #include "cqk/log.h"
 
 #if defined(CQK_WITH_CUDA) && defined(USE_C10D_NCCL) && __has_include(<nccl.h>)
@@ -557,26 +554,6 @@ void DistributedContext::finish_gradient_sync() {
 DistributedContext::GradientSyncStats DistributedContext::gradient_sync_stats() const {
   std::lock_guard<std::mutex> lock(impl_->sync_mutex);
   return impl_->stats;
-}
-
-// ---------------------------------------------------------------------------
-
-void crash_rank_for_test_if_requested(int rank, int64_t step) {
-  static const auto crash_rank = process_env("CQK_DIST_TEST_CRASH_RANK");
-  static const auto crash_step = process_env("CQK_DIST_TEST_CRASH_STEP");
-  if (!crash_rank || !crash_step) return;
-  if (std::to_string(rank) != *crash_rank || std::to_string(step) != *crash_step) return;
-  std::fprintf(stderr, "cqk: CQK_DIST_TEST_CRASH_RANK: rank %d exits abruptly before step %lld (test hook)\n", rank,
-               static_cast<long long>(step + 1));
-  std::fflush(stderr);
-  std::_Exit(9);
-}
-
-void dump_weights_for_test_if_requested(const torch::nn::Module& module, int rank) {
-  const auto dir = process_env("CQK_DIST_DUMP_DIR");
-  if (!dir) return;
-  std::filesystem::create_directories(*dir);
-  save_weights_for_python(*dir + "/rank" + std::to_string(rank) + ".pt", module);
 }
 
 }  // namespace cqk

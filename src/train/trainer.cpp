@@ -26,6 +26,7 @@
 #include "cqk/sdpa_backend.h"
 #include "cqk/sweep_results.h"
 #include "cqk/train_step.h"
+#include "train/distributed_test_hooks.h"
 #include "train/memory_usage.h"
 #include "train/metrics_log.h"
 #include "train/step_profiler.h"
