@@ -2,8 +2,6 @@
 // key and its constraint: loading, overrides, writing, validation and key
 // suggestions all walk the same table, bound to the Config at hand.
 #include "cqk/config_loader.h"
-#include "cqk/model.h"
-#include "cqk/sdpa_backend.h"
 #include "export/model_config_json.h"
 
 #include <yaml-cpp/yaml.h>
@@ -54,7 +52,14 @@ Rule above(double lo) { return Rule{lo, kInf, false, true, {}}; }
 Rule within(double lo, double hi, bool hi_open = false) { return Rule{lo, hi, hi_open, false, {}}; }
 Rule one_of(std::vector<std::string> choices) { return Rule{-kInf, kInf, false, false, std::move(choices)}; }
 
-using Leaf = std::variant<std::monostate, int64_t*, double*, bool*, std::string*>;
+// An enum's value by its config name; the names are in enum order (kind_table.h).
+struct Choice {
+  std::function<std::string()> get;
+  std::function<bool(const std::string&)> set;  // false: not one of the names
+  const std::vector<std::string>* names;
+};
+
+using Leaf = std::variant<std::monostate, int64_t*, double*, bool*, std::string*, Choice>;
 
 // A key: a value bound to a member of one Config, or a section of keys.
 struct Field {
@@ -69,29 +74,41 @@ template <class T>
 Field key(const char* name, T& member, Rule rule = {}) {
   return Field{name, &member, std::move(rule), {}};
 }
+template <class Kind>
+Field key(const char* name, Kind& member, const std::vector<std::string>& names) {
+  static_assert(std::is_enum_v<Kind>);
+  Choice choice{[&member, &names] { return names.at(static_cast<size_t>(member)); },
+                [&member, &names](const std::string& text) {
+                  const auto at = std::find(names.begin(), names.end(), text);
+                  if (at == names.end()) return false;
+                  return member = static_cast<Kind>(at - names.begin()), true;
+                },
+                &names};
+  return Field{name, std::move(choice), {}, {}};
+}
 Field section(const char* name, std::vector<Field> children) {
   return Field{name, std::monostate{}, {}, std::move(children)};
 }
 
-std::vector<Field> describe(CouplingConfig& c) {
-  return {key("kind", c.kind, one_of(coupling_kind_names())),
-          key("hidden", c.hidden, at_least(1)),
-          key("steps", c.steps, within(1, 8)),
-          key("clamp", c.clamp, above(0)),
-          key("shared_across_heads", c.shared_across_heads),
-          key("separate_pairs", c.separate_pairs),
-          key("integrator", c.integrator, one_of({"euler", "symplectic"})),
-          key("dt_init", c.dt_init),
-          key("recompute_from_inverse", c.recompute_from_inverse)};
+std::vector<Field> describe(CouplingOptions& c) {
+  return {key("kind", c.kind(), coupling_kind_names()),
+          key("hidden", c.hidden(), at_least(1)),
+          key("steps", c.steps(), within(1, 8)),
+          key("clamp", c.clamp(), above(0)),
+          key("shared_across_heads", c.shared_across_heads()),
+          key("separate_pairs", c.separate_pairs()),
+          key("integrator", c.integrator(), integrator_names()),
+          key("dt_init", c.dt_init()),
+          key("recompute_from_inverse", c.recompute_from_inverse())};
 }
 
-std::vector<Field> describe(MultiTokenConfig& c) {
-  return {key("every", c.every, at_least(1)), key("query_kernel", c.query_kernel, at_least(1)),
-          key("key_kernel", c.key_kernel, at_least(1)), key("head_group", c.head_group, at_least(1))};
+std::vector<Field> describe(MultiTokenOptions& c) {
+  return {key("every", c.every(), at_least(1)), key("query_kernel", c.query_kernel(), at_least(1)),
+          key("key_kernel", c.key_kernel(), at_least(1)), key("head_group", c.head_group(), at_least(1))};
 }
 
 std::vector<Field> describe(AttentionConfig& c) {
-  return {key("kind", c.kind, one_of(attention_kind_names())),
+  return {key("kind", c.kind, attention_kind_names()),
           section("coupling", describe(c.coupling)), section("mta", describe(c.mta))};
 }
 
@@ -149,7 +166,7 @@ std::vector<Field> describe(TrainConfig& c) {
           key("keep_checkpoints", c.keep_checkpoints, at_least(1)),
           key("device", c.device, one_of({"auto", "cpu", "cuda"})),
           key("dtype", c.dtype, one_of({"auto", "fp32", "bf16"})),
-          key("sdpa_backend", c.sdpa_backend, one_of(sdpa_backend_names())),
+          key("sdpa_backend", c.sdpa_backend, sdpa_backend_names()),
           key("threads", c.threads, at_least(0))};
 }
 
@@ -201,6 +218,12 @@ std::string quote(const std::string& text) {
   while (head > 0 && continuation(head)) --head;
   while (tail < text.size() && continuation(tail)) ++tail;
   return "'" + text.substr(0, head) + "..." + text.substr(tail) + "'";
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : "|") + name;
+  return list;
 }
 
 // A file name as shown in a message: whole, however deep the folder, since
@@ -294,6 +317,7 @@ std::string scalar_text(const Leaf& leaf) {
   if (auto* p = std::get_if<double*>(&leaf)) return format_double(**p);
   if (auto* p = std::get_if<bool*>(&leaf)) return **p ? "true" : "false";
   if (auto* p = std::get_if<std::string*>(&leaf)) return **p;
+  if (auto* p = std::get_if<Choice>(&leaf)) return p->get();
   return {};
 }
 
@@ -333,19 +357,26 @@ bool parse_scalar(const std::string& text, bool& out) {
 bool parse_scalar(const std::string& text, std::string& out) { return out = text, true; }
 
 const char* expected(const Leaf& leaf) {
-  static const char* const names[] = {"a section", "an integer", "a number", "true or false", "a string"};
+  static const char* const names[] = {"a section", "an integer", "a number", "true or false", "a string", "a string"};
   return names[leaf.index()];
 }
 
 // Sets a leaf from a node; returns what is wrong, or "" when it worked.
 std::string assign(const Leaf& leaf, const YAML::Node& node) {
+  if (const auto* choice = std::get_if<Choice>(&leaf)) {
+    if (!node.IsNull() && !node.IsScalar()) return std::string("expected a string, got ") + describe_node(node);
+    const std::string text = node.IsNull() ? "" : node.Scalar();
+    return choice->set(text) ? "" : "expected one of " + join_names(*choice->names) + ", got " + quote(text);
+  }
   const bool is_string = std::holds_alternative<std::string*>(leaf);
   if (is_string && node.IsNull()) return *std::get<std::string*>(leaf) = "", "";
   // A quoted scalar is a string in YAML: not a number or a bool.
   const bool plain = node.IsScalar() && (is_string || node.Tag() != "!");
   const bool ok = plain && std::visit(
                                [&](auto member) {
-                                 if constexpr (std::is_same_v<decltype(member), std::monostate>) return false;
+                                 if constexpr (std::is_same_v<decltype(member), std::monostate> ||
+                                               std::is_same_v<decltype(member), Choice>)
+                                   return false;
                                  else return parse_scalar(node.Scalar(), *member);
                                },
                                leaf);
@@ -366,9 +397,7 @@ std::string violation(const Field& f) {
   const Rule& r = f.rule;
   if (auto* s = std::get_if<std::string*>(&f.leaf)) {
     if (r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), **s) != r.choices.end()) return {};
-    std::string list;
-    for (const std::string& c : r.choices) list += (list.empty() ? "" : "|") + c;
-    return "expected one of " + list + ", got " + quote(**s);
+    return "expected one of " + join_names(r.choices) + ", got " + quote(**s);
   }
   double v = 0;
   if (auto* p = std::get_if<int64_t*>(&f.leaf)) v = static_cast<double>(**p);
@@ -536,7 +565,8 @@ void emit(YAML::Emitter& out, const Field& section) {
   for (const Field& f : section.children) {
     out << YAML::Key << f.name << YAML::Value;
     if (f.is_section()) emit(out, f);
-    else if (std::holds_alternative<std::string*>(f.leaf)) out << YAML::DoubleQuoted << scalar_text(f.leaf);
+    else if (std::holds_alternative<std::string*>(f.leaf) || std::holds_alternative<Choice>(f.leaf))
+      out << YAML::DoubleQuoted << scalar_text(f.leaf);
     else out << scalar_text(f.leaf);
   }
   out << YAML::EndMap;
@@ -614,7 +644,8 @@ nlohmann::json section_json(const Field& section) {
     }
     std::visit(
         [&](auto member) {
-          if constexpr (!std::is_same_v<decltype(member), std::monostate>) out[f.name] = *member;
+          if constexpr (std::is_same_v<decltype(member), Choice>) out[f.name] = member.get();
+          else if constexpr (!std::is_same_v<decltype(member), std::monostate>) out[f.name] = *member;
         },
         f.leaf);
   }

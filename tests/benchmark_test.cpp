@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cqk/benchmark.h"
+#include "bench/benchmark.h"
 #include "temp_dir.h"
 #include "test_io.h"
 

@@ -18,7 +18,7 @@
 
 #include "cqk/attention.h"
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "test_io.h"
 #include "tools/fused_check.h"
 
@@ -146,7 +146,7 @@ TEST(FusedCoupling, IdentityAtInitIsExactInFloat32) {
 // An affine-coupled cqk::Attention on the GPU, width 256, 4 heads of 64, with
 // small random weights everywhere.
 cqk::Attention random_attention(cqk::AttentionOptions options) {
-  options.coupling(cqk::CouplingOptions().kind(cqk::CouplingKind::Affine).hidden(8).steps(2));
+  options.coupling().kind(cqk::CouplingKind::Affine).hidden(8).steps(2);
   cqk::Attention attention(options);
   attention->to(at::kCUDA);
   at::NoGradGuard no_grad;
@@ -196,7 +196,8 @@ TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
   for (const auto& [kind, separate_pairs] : cases) {
     at::manual_seed(6);
     cqk::Attention attention = random_attention(
-        cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true).separate_pair_couplings(separate_pairs));
+        cqk::AttentionOptions(/*width=*/256, /*heads=*/4).kind(kind).rope(true).coupling(
+            cqk::CouplingOptions().separate_pairs(separate_pairs)));
     {
       // The fused path must take the module's own head-split q and k (and norm weights).
       const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);

@@ -26,7 +26,9 @@ TEST(SdpaBackend, NamesParseAndPrintBothWays) {
     cqk::parse_sdpa_backend("fa9");
     FAIL() << "no error for an unknown backend";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "unknown train.sdpa_backend 'fa9' (expected auto|cudnn|flash|efficient|math)");
+    std::string names;
+    for (const auto& name : cqk::sdpa_backend_names()) names += (names.empty() ? "" : "|") + name;
+    EXPECT_EQ(std::string(e.what()), "unknown train.sdpa_backend 'fa9' (expected " + names + ")");
   }
 }
 
@@ -65,8 +67,8 @@ TEST(SdpaBackend, TheRunsPickIsAtItsAttentionsShape) {
 }
 
 TEST(SdpaBackend, IsAConfigKeyWithItsChoices) {
-  EXPECT_EQ(cqk::default_config().train.sdpa_backend, "auto");
-  EXPECT_EQ(cqk::default_config({"train.sdpa_backend=cudnn"}).train.sdpa_backend, "cudnn");
+  EXPECT_EQ(cqk::default_config().train.sdpa_backend, cqk::SdpaBackend::Auto);
+  EXPECT_EQ(cqk::default_config({"train.sdpa_backend=cudnn"}).train.sdpa_backend, cqk::SdpaBackend::CuDnn);
   try {
     cqk::default_config({"train.sdpa_backend=fa9"});
     FAIL() << "no error for an unknown backend";

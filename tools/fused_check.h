@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "cqk/rope.h"
 #include "check_support.h"
 #include "tensor_compare.h"

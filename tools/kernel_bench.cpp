@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "cqk/rope.h"
 #include "cqk/sdpa_backend.h"
 #include "tools/fused_check.h"

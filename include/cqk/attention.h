@@ -3,16 +3,15 @@
 // scoring, for four scoring mechanisms. Data flow per mechanism:
 //   projections -> coupling -> [QK-norm] -> RoPE -> scores -> [MTA conv, mixing] -> softmax -> values
 // (docs/ARCHITECTURE.md has the table).
-#include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cqk/attention_options.h"
 #include "cqk/coupling.h"
 #include "cqk/rms_norm.h"
 
@@ -22,70 +21,6 @@ namespace ops {  // src/ops/qk_path.h (internal to the library)
 struct BeforeScoring;
 struct Scoring;
 }  // namespace ops
-
-enum class AttentionKind {
-  Vanilla,       // softmax(q k^T / sqrt(d)) v, fused SDPA
-  Differential,  // (softmax(q1 k1^T) - lambda softmax(q2 k2^T)) v, arXiv 2410.05258
-  QKNorm,        // per-head RMSNorm of q and k before scoring
-  MultiToken,    // key-query convolution over the logits + head mixing, arXiv 2504.00927
-};
-
-// Differential attention's lambda vectors start as N(0, this^2) per component.
-constexpr double kDifferentialLambdaInitStd = 0.1;
-
-// The kinds' config names, in enum order: what model.attention.kind accepts.
-const std::vector<std::string>& attention_kind_names();
-AttentionKind parse_attention_kind(const std::string& name);  // throws std::invalid_argument
-std::string to_string(AttentionKind kind);
-
-struct MultiTokenOptions {
-  TORCH_ARG(int64_t, query_kernel) = 6;  // c_q, causal over queries
-  TORCH_ARG(int64_t, key_kernel) = 11;   // c_k, odd, centred on the key
-  TORCH_ARG(int64_t, head_group) = 2;    // heads mixed within groups of this size
-};
-
-struct AttentionOptions {
-  AttentionOptions() = default;
-  AttentionOptions(int64_t width, int64_t num_heads) : width_(width), num_heads_(num_heads) {}
-
-  TORCH_ARG(AttentionKind, kind) = AttentionKind::Vanilla;
-  TORCH_ARG(int64_t, width) = 128;
-  // Query heads of size width / num_heads. Differential pairs them: num_heads/2
-  // heads, each with two (q, k) pairs and a value of twice the head size.
-  TORCH_ARG(int64_t, num_heads) = 4;
-  // Key/value heads (grouped-query attention); 0 means num_heads.
-  TORCH_ARG(int64_t, num_kv_heads) = 0;
-  TORCH_ARG(int64_t, layer_index) = 0;   // sets Differential's lambda_init
-  TORCH_ARG(bool, rope) = true;
-  TORCH_ARG(double, rope_base) = 10000.0;
-  TORCH_ARG(bool, causal) = true;
-  TORCH_ARG(double, norm_eps) = 1e-5;
-  TORCH_ARG(MultiTokenOptions, mta) = {};
-  // The coupling; its num_heads and head_dim are set by the attention.
-  TORCH_ARG(CouplingOptions, coupling) = {};
-  // Differential: one coupling per (q, k) pair instead of one shared by both.
-  TORCH_ARG(bool, separate_pair_couplings) = false;
-};
-
-// The shapes that attention options imply, and the rules they must keep: one
-// home for the module, the parameter count and the config check.
-struct AttentionShape {
-  int64_t head_dim = 0;        // width / num_heads
-  int64_t kv_heads = 0;        // num_kv_heads, or num_heads for 0
-  int64_t coupling_heads = 0;  // heads of the coupling: Differential's pairs share one unless separate
-};
-// A broken rule: the config key it concerns and what is wrong ("must divide model.width (128), got 3").
-struct ShapeProblem {
-  std::string key;
-  std::string what;
-};
-// The first rule `options` break, or nullopt.
-std::optional<ShapeProblem> attention_shape_problem(const AttentionOptions& options);
-// The shapes of valid options; throws std::invalid_argument "attention: KEY: WHAT" otherwise.
-AttentionShape attention_shape(const AttentionOptions& options);
-
-// Differential attention's lambda_init for a layer: 0.8 - 0.6 exp(-0.3 l).
-double differential_lambda_init(int64_t layer_index);
 
 class AttentionImpl : public torch::nn::Module {
  public:

@@ -2,38 +2,25 @@
 // The experiment configuration: plain structs with defaults, filled from YAML
 // (`inherit:` for a base file, `--set key.path=value` overrides) and written
 // back fully resolved into the run directory. Every field is a YAML key of the
-// same name under its section (model.attention.coupling.kind, train.lr, ...).
+// same name under its section (model.attention.coupling.kind, train.lr, ...);
+// kinds are enums, named in the config by their kind tables. Torch-free.
 // The defaults are configs/default.yaml's values, whose comments say why;
 // ConfigLoader.StructDefaultsAreTheEmbeddedDefault checks every field.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cqk/attention_options.h"
+#include "cqk/coupling_options.h"
+#include "cqk/sdpa_backend.h"
+
 namespace cqk {
 
-struct CouplingConfig {
-  std::string kind = "affine";        // coupling_kind_names() (coupling.h)
-  int64_t hidden = 8;                 // r of the affine conditioner; controls match Affine's count
-  int64_t steps = 2;                  // affine: alternating steps; dynamics: integration steps
-  double clamp = 2.0;                 // soft clamp c of the log-scale
-  bool shared_across_heads = false;
-  bool separate_pairs = false;        // differential: one coupling per q/k pair
-  std::string integrator = "symplectic";  // dynamics: euler | symplectic
-  double dt_init = 0.0;               // dynamics: initial step size (0 = identity at init)
-  bool recompute_from_inverse = true; // backward rebuilds inputs with the inverse
-};
-
-struct MultiTokenConfig {
-  int64_t every = 4;                  // MTA on layers l with (l + 1) % every == 0
-  int64_t query_kernel = 6;           // c_q (causal over queries)
-  int64_t key_kernel = 11;            // c_k (odd, centred on the key)
-  int64_t head_group = 2;             // heads mixed within groups of this size
-};
-
+// model.attention: the coupling and MTA sections are the modules' own options.
 struct AttentionConfig {
-  std::string kind = "vanilla";       // attention_kind_names() (attention.h)
-  CouplingConfig coupling;
-  MultiTokenConfig mta;
+  AttentionKind kind = AttentionKind::Vanilla;  // attention_kind_names() (attention_options.h)
+  CouplingOptions coupling;                     // kind, hidden, steps, clamp, ... (coupling_options.h)
+  MultiTokenOptions mta;                        // every, query_kernel, key_kernel, head_group
 };
 
 struct ModelConfig {
@@ -92,7 +79,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;
   std::string device = "auto";        // auto | cpu | cuda
   std::string dtype = "auto";         // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
-  std::string sdpa_backend = "auto";  // auto | cudnn | flash | efficient | math (sdpa_backend.h)
+  SdpaBackend sdpa_backend = SdpaBackend::Auto;  // auto | cudnn | flash | efficient | math (sdpa_backend.h)
   int64_t threads = 0;                // 0: all available cores
 };
 

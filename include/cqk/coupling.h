@@ -2,7 +2,6 @@
 // The coupled query-key map: a small per-head map that evolves each token's
 // (q, k) jointly between the projections and the scoring. See
 // docs/METHOD.md for the math and docs/ARCHITECTURE.md for the data flow.
-#include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -10,50 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "cqk/coupling_options.h"
 #include "cqk/headwise_mlp.h"
 
 namespace cqk {
-
-enum class CouplingKind {
-  None,           // identity: the base attention
-  Affine,         // alternating affine coupling (the method; invertible)
-  NonInvertible,  // [q; k] += MLP([q; k]): both updated at once (control)
-  Uncoupled,      // q += f(q), k += g(k): extra capacity, no cross term (control)
-  Dynamics,       // n steps of q += dt k, k += dt f(q) (the earlier "coupled dynamics")
-};
-
-enum class Integrator { Euler, Symplectic };
-
-// The kinds' config names, in enum order: what model.attention.coupling.kind accepts.
-const std::vector<std::string>& coupling_kind_names();
-CouplingKind parse_coupling_kind(const std::string& name);  // throws std::invalid_argument
-std::string to_string(CouplingKind kind);
-Integrator parse_integrator(const std::string& name);
-std::string to_string(Integrator integrator);
-
-struct CouplingOptions {
-  CouplingOptions() = default;
-  CouplingOptions(CouplingKind kind, int64_t num_heads, int64_t head_dim)
-      : kind_(kind), num_heads_(num_heads), head_dim_(head_dim) {}
-
-  TORCH_ARG(CouplingKind, kind) = CouplingKind::None;
-  TORCH_ARG(int64_t, num_heads) = 1;
-  TORCH_ARG(int64_t, head_dim) = 64;
-  // r, the hidden width of each affine conditioner. The controls derive their
-  // own widths so that their parameter count matches Affine's (within 5%).
-  TORCH_ARG(int64_t, hidden) = 8;
-  // Affine: alternating steps (2 = k from q, then q from k). Dynamics: integration steps.
-  TORCH_ARG(int64_t, steps) = 2;
-  // The log-scale is soft-clamped to (-clamp, clamp) so exp(s) stays bounded.
-  TORCH_ARG(double, clamp) = 2.0;
-  TORCH_ARG(bool, shared_across_heads) = false;
-  TORCH_ARG(Integrator, integrator) = Integrator::Symplectic;
-  // Dynamics: initial dt per head; 0 makes the map the identity at init.
-  TORCH_ARG(double, dt_init) = 0.0;
-  // Invertible kinds: save only the outputs and rebuild the inputs with the
-  // exact inverse in the backward pass, so the coupling keeps no activations.
-  TORCH_ARG(bool, recompute_from_inverse) = true;
-};
 
 bool is_invertible(const CouplingOptions& options);
 // Hidden width of the kind's MLPs: `hidden` for Affine, matched to Affine's

@@ -19,11 +19,6 @@ namespace cqk {
 // 8/3*width rounded up to a multiple of 64 for SwiGLU.
 int64_t mlp_hidden_size(const ModelConfig& config);
 
-// The attention options of layer `layer` (MTA only on its chosen layers).
-AttentionOptions attention_options(const ModelConfig& config, int64_t layer);
-// The first shape rule (attention_shape_problem) a layer of `config` breaks, or nullopt.
-std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config);
-
 class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(int64_t width, int64_t hidden, bool swiglu);

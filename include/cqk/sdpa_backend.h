@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "cqk/config.h"
+#include "cqk/kind_table.h"
 
 namespace cqk {
+
+struct Config;  // config.h
 
 enum class SdpaBackend {
   Auto,       // torch's own order: flash, efficient, math, cuDNN
@@ -23,9 +25,20 @@ enum class SdpaBackend {
 };
 
 // The config names, in enum order: what train.sdpa_backend accepts.
-const std::vector<std::string>& sdpa_backend_names();
-SdpaBackend parse_sdpa_backend(const std::string& name);  // throws std::invalid_argument
-std::string to_string(SdpaBackend backend);
+inline const KindTable<SdpaBackend, 5> kSdpaBackendNames = {{SdpaBackend::Auto, "auto"},
+                                                            {SdpaBackend::CuDnn, "cudnn"},
+                                                            {SdpaBackend::Flash, "flash"},
+                                                            {SdpaBackend::Efficient, "efficient"},
+                                                            {SdpaBackend::Math, "math"}};
+inline const std::vector<std::string>& sdpa_backend_names() {
+  static const std::vector<std::string> names = kind_names(kSdpaBackendNames);
+  return names;
+}
+// Throws std::invalid_argument "unknown train.sdpa_backend 'x' (expected auto|cudnn|...)".
+inline SdpaBackend parse_sdpa_backend(const std::string& name) {
+  return parse_kind(kSdpaBackendNames, name, "train.sdpa_backend");
+}
+inline std::string to_string(SdpaBackend backend) { return kind_name(kSdpaBackendNames, backend); }
 
 // Sets torch's process-wide SDPA priority order for `backend`.
 void use_sdpa_backend(SdpaBackend backend);
@@ -37,10 +50,6 @@ void use_sdpa_backend(SdpaBackend backend);
 // or "none" when no backend takes the shape.
 std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t head_dim, int64_t value_dim,
                              bool bf16, bool cuda);
-
-}  // namespace cqk
-
-namespace cqk {
 
 // The run's setting: use_sdpa_backend(config.train.sdpa_backend), then what
 // sdpa_backend_for says at the shape the model's attention hands SDPA for

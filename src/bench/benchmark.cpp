@@ -1,4 +1,4 @@
-#include "cqk/benchmark.h"
+#include "bench/benchmark.h"
 
 #include <ATen/core/Dict.h>
 #include <sys/resource.h>
@@ -395,7 +395,8 @@ BenchComparison compare_training(const Config& config, const Config& other, cons
   // Torch's SDPA order is one per process: both configs run under the same.
   if (config.train.sdpa_backend != other.train.sdpa_backend)
     throw std::invalid_argument("bench --compare: the two configs set different train.sdpa_backend (" +
-                                config.train.sdpa_backend + ", " + other.train.sdpa_backend + ")");
+                                to_string(config.train.sdpa_backend) + ", " + to_string(other.train.sdpa_backend) +
+                                ")");
   Session a(config, options), b(other, options);
   if (a.device() != b.device()) throw std::invalid_argument("bench --compare: the two configs use different devices");
   for (int64_t i = 0; i < options.warmup; ++i) {

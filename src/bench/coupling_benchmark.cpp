@@ -1,4 +1,4 @@
-#include "cqk/coupling_benchmark.h"
+#include "bench/coupling_benchmark.h"
 
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
@@ -11,7 +11,7 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "simd/simd_variants.h"
 
 namespace cqk {

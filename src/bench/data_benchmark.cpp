@@ -1,4 +1,4 @@
-#include "cqk/data_benchmark.h"
+#include "bench/data_benchmark.h"
 
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cqk/benchmark.h"
+#include "bench/benchmark.h"
 #include "cqk/log.h"
 #include "cqk/runtime.h"
 #include "cqk/text_corpus.h"

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "commands.h"
-#include "cqk/benchmark.h"
+#include "bench/benchmark.h"
 #include "cqk/config_loader.h"
-#include "cqk/coupling_benchmark.h"
-#include "cqk/data_benchmark.h"
+#include "bench/coupling_benchmark.h"
+#include "bench/data_benchmark.h"
 #include "cqk/runtime.h"
 
 namespace cqk::cli {

@@ -73,16 +73,17 @@ std::string flops(double value) {
   return format("%.2f kFLOP", value / 1e3);
 }
 
-std::string coupling_summary(const CouplingConfig& c) {
-  if (c.kind == "none") return "none";
-  std::string text = c.kind + " (";
-  if (c.kind == "dynamics")
-    text += c.integrator + ", steps " + std::to_string(c.steps) + ", dt_init " + format("%g", c.dt_init);
+std::string coupling_summary(const CouplingOptions& c) {
+  if (c.kind() == CouplingKind::None) return "none";
+  std::string text = to_string(c.kind()) + " (";
+  if (c.kind() == CouplingKind::Dynamics)
+    text += to_string(c.integrator()) + ", steps " + std::to_string(c.steps()) + ", dt_init " +
+            format("%g", c.dt_init());
   else
-    text += "hidden " + std::to_string(c.hidden) + ", steps " + std::to_string(c.steps) + ", clamp " +
-            format("%g", c.clamp);
-  if (c.shared_across_heads) text += ", shared across heads";
-  if (c.separate_pairs) text += ", separate pairs";
+    text += "hidden " + std::to_string(c.hidden()) + ", steps " + std::to_string(c.steps()) + ", clamp " +
+            format("%g", c.clamp());
+  if (c.shared_across_heads()) text += ", shared across heads";
+  if (c.separate_pairs()) text += ", separate pairs";
   return text + ")";
 }
 
@@ -94,11 +95,11 @@ void print_summary(const Config& config, const std::string& source) {
   const int64_t mlp_hidden = mlp_hidden_size(m);
   const int64_t kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
 
-  std::string attention = m.attention.kind;
-  if (m.attention.kind == "mta")
-    attention += " (every " + std::to_string(m.attention.mta.every) + ", kernels " +
-                 std::to_string(m.attention.mta.query_kernel) + "x" + std::to_string(m.attention.mta.key_kernel) +
-                 ", head group " + std::to_string(m.attention.mta.head_group) + ")";
+  std::string attention = to_string(m.attention.kind);
+  const auto& mta = m.attention.mta;
+  if (m.attention.kind == AttentionKind::MultiToken)
+    attention += " (every " + std::to_string(mta.every()) + ", kernels " + std::to_string(mta.query_kernel()) + "x" +
+                 std::to_string(mta.key_kernel()) + ", head group " + std::to_string(mta.head_group()) + ")";
   std::cout << "config: " << source << "\n";
   std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling)
             << " | layers " << m.layers << " | width " << m.width << " | heads " << m.heads << " (kv " << kv_heads
@@ -166,7 +167,7 @@ void print_current_diagnostics(const std::string& run_dir) {
 void print_run(const std::string& run_dir) {
   Config config = load_run_config(run_dir);
   print_summary(config, (fs::path(run_dir) / "config.yaml").string());
-  if (parse_coupling_kind(config.model.attention.coupling.kind) == CouplingKind::None) return;
+  if (config.model.attention.coupling.kind() == CouplingKind::None) return;
   print_logged_diagnostics(run_dir);
   print_current_diagnostics(run_dir);
 }

@@ -9,17 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "model/kind_table.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
 
 namespace {
-
-const KindTable<AttentionKind, 4> kKindNames = {{AttentionKind::Vanilla, "vanilla"},
-                                                            {AttentionKind::Differential, "diff"},
-                                                            {AttentionKind::QKNorm, "qknorm"},
-                                                            {AttentionKind::MultiToken, "mta"}};
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("attention: " + message);
@@ -36,61 +30,6 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& attention_kind_names() {
-  static const std::vector<std::string> names = kind_names(kKindNames);
-  return names;
-}
-
-AttentionKind parse_attention_kind(const std::string& name) { return parse_kind(kKindNames, name, "attention kind"); }
-
-std::string to_string(AttentionKind kind) { return kind_name(kKindNames, kind); }
-
-double differential_lambda_init(int64_t layer_index) {
-  return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer_index));
-}
-
-std::optional<ShapeProblem> attention_shape_problem(const AttentionOptions& options) {
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  const int64_t width = options.width(), heads = options.num_heads(), kv = options.num_kv_heads();
-  const bool differential = options.kind() == AttentionKind::Differential;
-  const auto& mta = options.mta();
-  const auto& coupling = options.coupling();
-  // In order, each rule assuming the ones before it hold.
-  const auto problem = [](const char* key, const std::string& what) { return std::optional<ShapeProblem>({key, what}); };
-  if (width < 1 || heads < 1) return problem("model.heads", "must be positive, as must model.width; got " + n(heads));
-  if (width % heads != 0) return problem("model.heads", "must divide model.width (" + n(width) + "), got " + n(heads));
-  if (options.rope() && width / heads % 2 != 0)
-    return problem("model.heads", "head size model.width / model.heads must be even for RoPE, got " + n(width / heads));
-  if (kv < 0 || (kv > 0 && heads % kv != 0))
-    return problem("model.kv_heads", "must divide model.heads (" + n(heads) + "), got " + n(kv));
-  if (differential && heads % 2 != 0)
-    return problem("model.heads", "diff attention needs an even head count, got " + n(heads));
-  if (differential && kv != 0 && kv != heads)
-    return problem("model.kv_heads", "diff attention needs 0 or model.heads (" + n(heads) + "), got " + n(kv));
-  if (mta.query_kernel() < 1)
-    return problem("model.attention.mta.query_kernel", "must be >= 1, got " + n(mta.query_kernel()));
-  if (mta.key_kernel() < 1 || mta.key_kernel() % 2 == 0)
-    return problem("model.attention.mta.key_kernel", "must be odd (centred on the key), got " + n(mta.key_kernel()));
-  if (options.kind() == AttentionKind::MultiToken && (mta.head_group() < 1 || heads % mta.head_group() != 0))
-    return problem("model.attention.mta.head_group",
-                   "must divide model.heads (" + n(heads) + "), got " + n(mta.head_group()));
-  if (coupling.hidden() < 1 || coupling.steps() < 1 || coupling.clamp() <= 0)
-    return problem("model.attention.coupling", "hidden, steps and clamp must be positive");
-  return std::nullopt;
-}
-
-AttentionShape attention_shape(const AttentionOptions& options) {
-  if (const auto problem = attention_shape_problem(options))
-    throw std::invalid_argument("attention: " + problem->key + ": " + problem->what);
-  AttentionShape shape;
-  shape.head_dim = options.width() / options.num_heads();
-  shape.kv_heads = options.num_kv_heads() > 0 ? options.num_kv_heads() : options.num_heads();
-  // Differential shares one coupling between its two pairs unless asked otherwise.
-  const bool shared_pairs = options.kind() == AttentionKind::Differential && !options.separate_pair_couplings();
-  shape.coupling_heads = shared_pairs ? options.num_heads() / 2 : options.num_heads();
-  return shape;
-}
 
 AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
   const auto shape = attention_shape(options);
@@ -151,7 +90,7 @@ std::vector<int64_t> AttentionImpl::pair_coupling_shape(int64_t batch, int64_t t
   // Separate couplings see the pairs as 2H heads; one shared per-head coupling
   // takes both pairs with the pair axis folded into the batch.
   const int64_t heads = options_.num_heads() / 2;
-  return options_.separate_pair_couplings() ? std::vector<int64_t>{batch, 2 * heads, time, head_dim_}
+  return options_.coupling().separate_pairs() ? std::vector<int64_t>{batch, 2 * heads, time, head_dim_}
                                             : std::vector<int64_t>{batch * 2, heads, time, head_dim_};
 }
 

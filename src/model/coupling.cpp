@@ -3,20 +3,11 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "model/kind_table.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
 
 namespace {
-
-const KindTable<CouplingKind, 5> kKindNames = {
-    {CouplingKind::None, "none"},           {CouplingKind::Affine, "affine"},
-    {CouplingKind::NonInvertible, "noninvertible"}, {CouplingKind::Uncoupled, "uncoupled"},
-    {CouplingKind::Dynamics, "dynamics"}};
-
-const KindTable<Integrator, 2> kIntegratorNames = {{Integrator::Euler, "euler"},
-                                                    {Integrator::Symplectic, "symplectic"}};
 
 int64_t groups(const CouplingOptions& o) { return o.shared_across_heads() ? 1 : o.num_heads(); }
 
@@ -41,19 +32,6 @@ std::pair<at::Tensor, at::Tensor> scale_and_shift(const at::Tensor& conditioner_
 }
 
 }  // namespace
-
-const std::vector<std::string>& coupling_kind_names() {
-  static const std::vector<std::string> names = kind_names(kKindNames);
-  return names;
-}
-
-CouplingKind parse_coupling_kind(const std::string& name) { return parse_kind(kKindNames, name, "coupling kind"); }
-
-std::string to_string(CouplingKind kind) { return kind_name(kKindNames, kind); }
-
-Integrator parse_integrator(const std::string& name) { return parse_kind(kIntegratorNames, name, "integrator"); }
-
-std::string to_string(Integrator integrator) { return kind_name(kIntegratorNames, integrator); }
 
 bool is_invertible(const CouplingOptions& o) {
   switch (o.kind()) {

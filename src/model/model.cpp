@@ -14,45 +14,6 @@
 
 namespace cqk {
 
-AttentionOptions attention_options(const ModelConfig& config, int64_t layer) {
-  const auto& a = config.attention;
-  auto kind = parse_attention_kind(a.kind);
-  if (kind == AttentionKind::MultiToken && (layer + 1) % a.mta.every != 0) kind = AttentionKind::Vanilla;
-  const auto& c = a.coupling;
-  auto coupling = CouplingOptions()
-                      .kind(parse_coupling_kind(c.kind))
-                      .hidden(c.hidden)
-                      .steps(c.steps)
-                      .clamp(c.clamp)
-                      .shared_across_heads(c.shared_across_heads)
-                      .integrator(parse_integrator(c.integrator))
-                      .dt_init(c.dt_init)
-                      .recompute_from_inverse(c.recompute_from_inverse);
-  return AttentionOptions(config.width, config.heads)
-      .kind(kind)
-      .num_kv_heads(config.kv_heads)
-      .layer_index(layer)
-      .rope_base(config.rope_base)
-      .norm_eps(config.norm_eps)
-      .mta(MultiTokenOptions()
-               .query_kernel(a.mta.query_kernel)
-               .key_kernel(a.mta.key_kernel)
-               .head_group(a.mta.head_group))
-      .coupling(coupling)
-      .separate_pair_couplings(c.separate_pairs);
-}
-
-std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config) {
-  // Layers differ only in kind (MTA on every `every`-th) and index: the first
-  // layer and the first MTA layer stand for all.
-  std::vector<int64_t> layers{0};
-  if (config.attention.kind == "mta" && config.attention.mta.every >= 1 && config.attention.mta.every <= config.layers)
-    layers.push_back(config.attention.mta.every - 1);
-  for (const int64_t layer : layers)
-    if (auto problem = attention_shape_problem(attention_options(config, layer))) return problem;
-  return std::nullopt;
-}
-
 MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
   const auto linear = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
   up = register_module("up", torch::nn::Linear(linear(width, hidden)));

@@ -49,7 +49,7 @@ ParameterBreakdown parameter_breakdown(const ModelConfig& config) {
   require(config.vocab_size >= 2, "model.vocab_size must be at least 2 (0 means 'from the data': set it to count)");
   require(config.layers >= 1, "model.layers must be at least 1");
   require(config.mlp == "gelu" || config.mlp == "swiglu", "model.mlp: expected gelu|swiglu, got '" + config.mlp + "'");
-  require(config.attention.kind != "mta" || config.attention.mta.every >= 1,
+  require(config.attention.kind != AttentionKind::MultiToken || config.attention.mta.every() >= 1,
           "model.attention.mta.every must be at least 1");
   ParameterBreakdown counts;
   counts.embedding = config.vocab_size * config.width;  // tied with the output head

@@ -2,7 +2,7 @@
 // the launches on the current CUDA stream. The kernels themselves
 // (kernels/coupling_kernels.cu) see raw pointers only. Without CUDA
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 
 #include <algorithm>
 #include <stdexcept>

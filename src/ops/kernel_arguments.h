@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "coupling_kernels.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
 
 namespace cqk::kernel_arguments {

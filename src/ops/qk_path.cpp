@@ -6,7 +6,7 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "cqk/fused_coupling.h"
+#include "ops/fused_coupling.h"
 #include "cqk/rms_norm.h"
 #include "cqk/rope.h"
 #include "ops/recompute_from_inverse.h"

@@ -4,16 +4,10 @@
 #include <ATen/Context.h>
 
 #include "cqk/attention.h"
-#include "model/kind_table.h"
+#include "cqk/config.h"
 
 namespace cqk {
 namespace {
-
-const KindTable<SdpaBackend, 5> kBackendNames = {{SdpaBackend::Auto, "auto"},
-                                                 {SdpaBackend::CuDnn, "cudnn"},
-                                                 {SdpaBackend::Flash, "flash"},
-                                                 {SdpaBackend::Efficient, "efficient"},
-                                                 {SdpaBackend::Math, "math"}};
 
 // Torch's default order (ATen/Context.h).
 const std::vector<at::SDPBackend> kTorchOrder{at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention,
@@ -44,17 +38,6 @@ std::string torch_backend_name(int64_t choice) {
 
 }  // namespace
 
-const std::vector<std::string>& sdpa_backend_names() {
-  static const std::vector<std::string> names = kind_names(kBackendNames);
-  return names;
-}
-
-SdpaBackend parse_sdpa_backend(const std::string& name) {
-  return parse_kind(kBackendNames, name, "train.sdpa_backend");
-}
-
-std::string to_string(SdpaBackend backend) { return kind_name(kBackendNames, backend); }
-
 void use_sdpa_backend(SdpaBackend backend) {
   const auto first = torch_backend(backend);
   std::vector<int64_t> order;
@@ -74,14 +57,14 @@ std::string sdpa_backend_for(int64_t batch, int64_t heads, int64_t time, int64_t
 }
 
 std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, bool cuda) {
-  use_sdpa_backend(parse_sdpa_backend(config.train.sdpa_backend));
+  use_sdpa_backend(config.train.sdpa_backend);
   const auto& m = config.model;
   const int64_t head_dim = m.width / m.heads;
   const int64_t t = config.data.seq_len;
-  switch (parse_attention_kind(m.attention.kind)) {
+  switch (m.attention.kind) {
     case AttentionKind::Differential: return sdpa_backend_for(batch, m.heads / 2, t, head_dim, 2 * head_dim, bf16, cuda);
     case AttentionKind::MultiToken:
-      if (m.attention.mta.every == 1) return "none";
+      if (m.attention.mta.every() == 1) return "none";
       break;
     default: break;
   }

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cqk/benchmark.h"
+#include "bench/benchmark.h"
 
 namespace cqk {
 

@@ -1,8 +1,8 @@
 #pragma once
-// An enum's config names as one table (attention.cpp, coupling.cpp): the list
-// of names, parsing and printing all read it, so a new kind is one entry.
-#include <c10/util/StringUtil.h>
-
+// An enum's config names as one table, in enum order (coupling_options.h,
+// attention_options.h, sdpa_backend.h): the list of names, parsing, printing
+// and the config key's choices all read it, so a new kind is one entry.
+// Torch-free: the config loader and its fuzzer use it.
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -24,10 +24,12 @@ std::vector<std::string> kind_names(const KindTable<Kind, N>& table) {
 // The kind named `name`; throws std::invalid_argument "unknown WHAT 'name' (expected a|b|...)".
 template <class Kind, std::size_t N>
 Kind parse_kind(const KindTable<Kind, N>& table, const std::string& name, const std::string& what) {
-  for (const auto& [kind, text] : table)
+  std::string expected;
+  for (const auto& [kind, text] : table) {
     if (name == text) return kind;
-  throw std::invalid_argument("unknown " + what + " '" + name + "' (expected " + c10::Join("|", kind_names(table)) +
-                              ")");
+    expected += (expected.empty() ? "" : "|") + std::string(text);
+  }
+  throw std::invalid_argument("unknown " + what + " '" + name + "' (expected " + expected + ")");
 }
 
 template <class Kind, std::size_t N>
