@@ -8,7 +8,7 @@ CQK_VENV="$CQK_CACHE/torch-$CQK_TORCH_VERSION-$("$CQK_PYTHON" -c 'import sys; pr
 CQK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CQK_BUILD="${CQK_BUILD:-$CQK_ROOT/build}"
 CQK_DEBIAN_PACKAGES=(cmake ninja-build ccache g++ python3-venv libyaml-cpp-dev libcli11-dev libspdlog-dev
-                     libsentencepiece-dev libgtest-dev nlohmann-json3-dev)
+                     libsentencepiece-dev libgtest-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev)
 # Libraries a machine with torch has from its system, so the GPU bundle
 # (scripts/gpu_bundle.sh) does not carry them: glibc's, libstdc++, libgcc_s.
 CQK_SYSTEM_LIBRARIES='^(ld-linux-x86-64|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s)\.so'

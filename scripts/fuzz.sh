@@ -8,10 +8,13 @@
 #
 #   scripts/fuzz.sh                    # both targets
 #   CQK_FUZZ_SECONDS=30 scripts/fuzz.sh token_file
+#   scripts/fuzz.sh --build-only       # compile them, run nothing (tests/fuzz_build_test.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CQK_FUZZ_BUILD:-$root/build-fuzz}"
 seconds="${CQK_FUZZ_SECONDS:-150}"
+build_only=0
+[[ "${1:-}" == --build-only ]] && { build_only=1; shift; }
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(config_loader token_file)
 
@@ -25,6 +28,7 @@ if [[ ! -f "$build/build.ninja" ]]; then
     || { cat "$build.configure.log" >&2; exit 1; }
 fi
 cmake --build "$build" -j "${CQK_JOBS:-2}"
+((build_only)) && exit 0
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
