@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cqk/attention_options.h"
+#include "cqk/coupling_options.h"
 #include "generated_text.h"
 #include "temp_dir.h"
 #include "test_io.h"
@@ -39,6 +41,22 @@ std::string python_missing(const std::string& modules) {
   if (run_command(shell_quote(python) + " -c 'import " + modules + "'").exit_code != 0)
     return python + " lacks " + modules + " (scripts/setup.sh installs them)";
   return "";
+}
+
+// The Python model's kind lists are cqk's kind tables, in the same order.
+TEST(HfExportModel, PythonKindListsAreTheCppKindTables) {
+  if (const auto why = python_missing("torch"); !why.empty()) GTEST_SKIP() << why;
+  const std::string script = "import sys; sys.path.insert(0, sys.argv[1]); import cqk_model; "
+                             "print('|'.join(cqk_model.ATTENTION_KINDS)); print('|'.join(cqk_model.COUPLING_KINDS))";
+  const auto result = run_command(shell_quote(CQK_PYTHON) + " -c " + shell_quote(script) + " " +
+                                  shell_quote(std::string(CQK_SOURCE_DIR) + "/python/cqk_hf"));
+  ASSERT_EQ(result.exit_code, 0) << result.out;
+  const auto joined = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& name : names) text += (text.empty() ? "" : "|") + name;
+    return text;
+  };
+  EXPECT_EQ(result.out, joined(cqk::attention_kind_names()) + "\n" + joined(cqk::coupling_kind_names()) + "\n");
 }
 
 CommandResult tool(const std::string& args, const std::string& stderr_path) {
