@@ -31,6 +31,7 @@
 #include "cqk/sdpa_backend.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
+#include "train/run_setup.h"
 #include "export/model_config_json.h"
 #include "train/step_profiler.h"
 
@@ -215,20 +216,15 @@ void check_options(const BenchOptions& options) {
 // One config's model, optimizer and batch source, stepping as the trainer does.
 class Session {
  public:
-  Session(const Config& input_config, const BenchOptions& options) : config_(input_config) {
-    validate(config_);
+  Session(const Config& input_config, const BenchOptions& options) {
+    // The trainer's order: set_up_run (seed, batch source), then model, optimizer.
+    auto setup = set_up_run(input_config);
+    config_ = std::move(setup.config);
+    source_ = std::move(setup.source);
     auto& r = result_;
     r.name = config_.run.name;
-    r.threads = configure_threads(static_cast<int>(config_.train.threads));
+    r.threads = setup.threads;
     r.torch_version = TORCH_VERSION;
-    // The trainer's order: seed, batch source, model, optimizer.
-    at::manual_seed(static_cast<uint64_t>(config_.run.seed));
-    source_ = make_batch_source(config_.data, config_.run.seed);
-    if (config_.model.vocab_size == 0) config_.model.vocab_size = source_->vocab_size();
-    if (config_.model.vocab_size < source_->vocab_size())
-      throw std::invalid_argument("model.vocab_size (" + std::to_string(config_.model.vocab_size) +
-                                  ") is smaller than the data's vocabulary (" +
-                                  std::to_string(source_->vocab_size()) + ")");
     r.config_json = config_json(config_).dump();
     device_ = choose_device(config_.train.device);
     bf16_ = use_bf16(config_.train, device_);

@@ -27,6 +27,7 @@
 #include "cqk/token_file.h"
 #include "cqk/trainer.h"
 #include "cqk/trained_model.h"
+#include "train/run_setup.h"
 
 namespace cqk::cli {
 namespace {
@@ -50,11 +51,7 @@ void resolve_vocab_size(Config& config) {
                                   " does not exist; set model.vocab_size or encode the data first");
     }
   }
-  if (config.model.vocab_size == 0) config.model.vocab_size = data_vocab;
-  if (data_vocab > 0 && config.model.vocab_size < data_vocab)
-    throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
-                                ") is smaller than the data's vocabulary (" + std::to_string(data_vocab) + ", " +
-                                data_source + ")");
+  take_vocab_size_from_data(config.model, data_vocab, data_source);
 }
 
 std::string format(const char* spec, double value) {

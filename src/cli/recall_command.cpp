@@ -21,6 +21,7 @@
 #include "cqk/log.h"
 #include "cqk/statistics.h"
 #include "cqk/trainer.h"
+#include "train/run_setup.h"
 
 namespace cqk::cli {
 
@@ -131,7 +132,7 @@ void add_recall_command(CLI::App& app) {
                           "run.name=recall-" + point.name(), "run.seed=" + std::to_string(seed)});
         Config config = default_config(overrides);
         // Resolved as the trainer does, so that config_hash matches the one in results.json.
-        if (config.model.vocab_size == 0) config.model.vocab_size = config.data.recall.vocab_size;
+        take_vocab_size_from_data(config.model, config.data.recall.vocab_size, "data.recall.vocab_size");
         runs.push_back({&point, seed, config,
                         (std::filesystem::path(args->out) / (point.name() + "-seed" + std::to_string(seed))).string()});
       }

@@ -29,6 +29,7 @@
 #include "train/distributed_test_hooks.h"
 #include "train/memory_usage.h"
 #include "train/metrics_log.h"
+#include "train/run_setup.h"
 #include "train/step_profiler.h"
 
 namespace cqk {
@@ -234,14 +235,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     throw std::runtime_error(run_dir + ": already holds checkpoints of a run; continue it with `cqk train --resume " +
                              run_dir + "` or choose another run.dir");
 
-  const int threads = configure_threads(static_cast<int>(config.train.threads));
-  at::manual_seed(static_cast<uint64_t>(config.run.seed));
-  auto source = make_batch_source(config.data, config.run.seed, dist_env.rank, dist_env.world_size);
-  if (config.model.vocab_size == 0) config.model.vocab_size = source->vocab_size();
-  if (config.model.vocab_size < source->vocab_size())
-    throw std::invalid_argument("model.vocab_size (" + std::to_string(config.model.vocab_size) +
-                                ") is smaller than the data's vocabulary (" + std::to_string(source->vocab_size()) +
-                                ")");
+  auto setup = set_up_run(config, dist_env.rank, dist_env.world_size);
+  config = std::move(setup.config);
+  const int threads = setup.threads;
+  auto source = std::move(setup.source);
   const std::string hash = options.resume ? run_config_hash(run_dir, config) : config_hash(config);
   const auto device = rank_device(choose_device(config.train.device), dist_env);
   DistributedContext dist(dist_env, device);  // rendezvous and process group; a no-op for one process
