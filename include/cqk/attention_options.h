@@ -29,10 +29,7 @@ inline const KindTable<AttentionKind, 4> kAttentionKindNames = {{AttentionKind::
                                                                 {AttentionKind::QKNorm, "qknorm"},
                                                                 {AttentionKind::MultiToken, "mta"}};
 
-inline const std::vector<std::string>& attention_kind_names() {
-  static const std::vector<std::string> names = kind_names(kAttentionKindNames);
-  return names;
-}
+inline const std::vector<std::string>& attention_kind_names() { return kind_names<kAttentionKindNames>(); }
 // Throws std::invalid_argument "unknown attention kind 'x' (expected vanilla|diff|...)".
 inline AttentionKind parse_attention_kind(const std::string& name) {
   return parse_kind(kAttentionKindNames, name, "attention kind");

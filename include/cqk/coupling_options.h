@@ -32,19 +32,13 @@ inline const KindTable<CouplingKind, 5> kCouplingKindNames = {
 inline const KindTable<Integrator, 2> kIntegratorNames = {{Integrator::Euler, "euler"},
                                                           {Integrator::Symplectic, "symplectic"}};
 
-inline const std::vector<std::string>& coupling_kind_names() {
-  static const std::vector<std::string> names = kind_names(kCouplingKindNames);
-  return names;
-}
+inline const std::vector<std::string>& coupling_kind_names() { return kind_names<kCouplingKindNames>(); }
 // Throws std::invalid_argument "unknown coupling kind 'x' (expected none|affine|...)".
 inline CouplingKind parse_coupling_kind(const std::string& name) {
   return parse_kind(kCouplingKindNames, name, "coupling kind");
 }
 inline std::string to_string(CouplingKind kind) { return kind_name(kCouplingKindNames, kind); }
-inline const std::vector<std::string>& integrator_names() {
-  static const std::vector<std::string> names = kind_names(kIntegratorNames);
-  return names;
-}
+inline const std::vector<std::string>& integrator_names() { return kind_names<kIntegratorNames>(); }
 inline std::string to_string(Integrator integrator) { return kind_name(kIntegratorNames, integrator); }
 
 struct CouplingOptions {

@@ -14,10 +14,15 @@ namespace cqk {
 template <class Kind, std::size_t N>
 using KindTable = std::pair<Kind, const char*>[N];
 
-template <class Kind, std::size_t N>
-std::vector<std::string> kind_names(const KindTable<Kind, N>& table) {
-  std::vector<std::string> names;
-  for (const auto& entry : table) names.emplace_back(entry.second);
+// The table's names, made once per table (the table is the template
+// argument, so two tables never share a cache).
+template <const auto& table>
+const std::vector<std::string>& kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : table) out.emplace_back(entry.second);
+    return out;
+  }();
   return names;
 }
 

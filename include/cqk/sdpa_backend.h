@@ -30,10 +30,7 @@ inline const KindTable<SdpaBackend, 5> kSdpaBackendNames = {{SdpaBackend::Auto, 
                                                             {SdpaBackend::Flash, "flash"},
                                                             {SdpaBackend::Efficient, "efficient"},
                                                             {SdpaBackend::Math, "math"}};
-inline const std::vector<std::string>& sdpa_backend_names() {
-  static const std::vector<std::string> names = kind_names(kSdpaBackendNames);
-  return names;
-}
+inline const std::vector<std::string>& sdpa_backend_names() { return kind_names<kSdpaBackendNames>(); }
 // Throws std::invalid_argument "unknown train.sdpa_backend 'x' (expected auto|cudnn|...)".
 inline SdpaBackend parse_sdpa_backend(const std::string& name) {
   return parse_kind(kSdpaBackendNames, name, "train.sdpa_backend");
