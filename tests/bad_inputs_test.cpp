@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cqk/coupling_options.h"
 #include "cqk/token_file.h"
 #include "temp_dir.h"
 #include "test_io.h"
@@ -82,6 +83,13 @@ std::vector<Case> load_cases() {
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) text.replace(at, from.size(), to);
   return text;
+}
+
+// "none|affine|...": the coupling kinds as the config loader lists them, from the kind table.
+std::string coupling_kind_choices() {
+  std::string choices;
+  for (const auto& name : cqk::coupling_kind_names()) choices += (choices.empty() ? "" : "|") + name;
+  return choices;
 }
 
 // Runs `cqk ARGS` (through the shell, so ARGS may quote) in `cwd`, one torch thread.
@@ -311,8 +319,10 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
     EXPECT_TRUE(std::regex_match(lines[static_cast<size_t>(i)], log_line)) << lines[static_cast<size_t>(i)];
   const std::string& error = lines.back();
   EXPECT_EQ(error.rfind("cqk: error: ", 0), 0u) << shown;
-  for (const auto& fragment : c.expect)
+  for (const auto& expected : c.expect) {
+    const std::string fragment = replace_all(expected, "{coupling_kinds}", coupling_kind_choices());
     EXPECT_NE(error.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << error;
+  }
 
   for (const auto& problem : disk_changes(before, after, c)) ADD_FAILURE() << problem << "\n" << shown;
 }
