@@ -107,9 +107,10 @@ std::vector<Field> describe(MultiTokenOptions& c) {
           key("key_kernel", c.key_kernel(), at_least(1)), key("head_group", c.head_group(), at_least(1))};
 }
 
-std::vector<Field> describe(AttentionConfig& c) {
-  return {key("kind", c.kind, attention_kind_names()),
-          section("coupling", describe(c.coupling)), section("mta", describe(c.mta))};
+// model.attention: the keys of AttentionOptions; its shape comes from model.* per layer.
+std::vector<Field> describe(AttentionOptions& c) {
+  return {key("kind", c.kind(), attention_kind_names()),
+          section("coupling", describe(c.coupling())), section("mta", describe(c.mta()))};
 }
 
 std::vector<Field> describe(ModelConfig& c) {

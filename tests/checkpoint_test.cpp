@@ -46,7 +46,7 @@ cqk::ModelConfig tiny_model() {
   config.width = 32;
   config.layers = 2;
   config.heads = 4;
-  config.attention.coupling.kind() = cqk::CouplingKind::Affine;
+  config.attention.coupling().kind() = cqk::CouplingKind::Affine;
   return config;
 }
 
@@ -207,7 +207,7 @@ TEST(Checkpoint, DamagedFilesThrowNamingTheFile) {
     at::manual_seed(1);
     auto different = tiny_model();
     if (change == "width") different.width = 64;
-    else different.attention.coupling.kind() = cqk::CouplingKind::Uncoupled;
+    else different.attention.coupling().kind() = cqk::CouplingKind::Uncoupled;
     cqk::TransformerLM other(different);
     std::vector<at::Tensor> before;
     for (const auto& p : other->parameters()) before.push_back(p.clone());

@@ -72,7 +72,7 @@ TEST(ConfigLoader, EmptyDocumentGivesStructDefaults) {
   const cqk::Config d;
   EXPECT_EQ(cqk::to_yaml(c), cqk::to_yaml(d));
   EXPECT_EQ(c.model.width, 128);
-  EXPECT_EQ(cqk::to_string(c.model.attention.coupling.kind()), "affine");
+  EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), "affine");
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_NO_THROW(cqk::validate(d));
 }
@@ -81,8 +81,8 @@ TEST(ConfigLoader, EmbeddedDefaultParsesAndValidates) {
   const cqk::Config c = cqk::default_config();
   EXPECT_NO_THROW(cqk::validate(c));
   EXPECT_EQ(c.data.kind, "recall");
-  EXPECT_EQ(cqk::to_string(c.model.attention.kind), "vanilla");
-  EXPECT_EQ(cqk::to_string(c.model.attention.coupling.kind()), "affine");
+  EXPECT_EQ(cqk::to_string(c.model.attention.kind()), "vanilla");
+  EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), "affine");
   // The embedded text is configs/default.yaml as it is in the source tree.
   const cqk::Config from_file = cqk::load_config(std::string(CQK_SOURCE_DIR) + "/configs/default.yaml");
   EXPECT_EQ(cqk::config_hash(c), cqk::config_hash(from_file));
@@ -127,10 +127,10 @@ TEST_F(ConfigFiles, ConfigInheritDeepMergesChains) {
                                  "inherit: ../mid.yaml\ntrain:\n  steps: 60\nrun: {name: leaf}\n");
   const cqk::Config c = cqk::load_config(leaf);
   EXPECT_EQ(c.model.width, 64);                        // from base
-  EXPECT_EQ(cqk::to_string(c.model.attention.kind), "qknorm");         // from base
-  EXPECT_EQ(cqk::to_string(c.model.attention.coupling.kind()), "affine");
-  EXPECT_EQ(c.model.attention.coupling.hidden(), 16);    // mid over base
-  EXPECT_DOUBLE_EQ(c.model.attention.coupling.clamp(), 1.5);
+  EXPECT_EQ(cqk::to_string(c.model.attention.kind()), "qknorm");         // from base
+  EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), "affine");
+  EXPECT_EQ(c.model.attention.coupling().hidden(), 16);    // mid over base
+  EXPECT_DOUBLE_EQ(c.model.attention.coupling().clamp(), 1.5);
   EXPECT_EQ(c.train.steps, 60);                        // leaf over base
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);                  // base, sibling of an overridden key
   EXPECT_EQ(c.run.name, "leaf");
@@ -244,11 +244,11 @@ TEST(ConfigLoader, ConfigSetOverridesEveryType) {
                                              "model.attention.coupling={hidden: 4, clamp: 3.5}"});
   EXPECT_EQ(c.model.width, 256);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
-  EXPECT_EQ(cqk::to_string(c.model.attention.coupling.kind()), "noninvertible");
+  EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), "noninvertible");
   EXPECT_TRUE(c.train.decay_embeddings);
   EXPECT_EQ(c.run.name, "spaced");
-  EXPECT_EQ(c.model.attention.coupling.hidden(), 4);
-  EXPECT_DOUBLE_EQ(c.model.attention.coupling.clamp(), 3.5);
+  EXPECT_EQ(c.model.attention.coupling().hidden(), 4);
+  EXPECT_DOUBLE_EQ(c.model.attention.coupling().clamp(), 3.5);
   // Later overrides win over earlier ones and over the file.
   EXPECT_EQ(cqk::default_config({"train.steps=5", "train.steps=6"}).train.steps, 6);
 }
@@ -279,7 +279,7 @@ TEST(ConfigLoader, ConfigToYamlRoundTrips) {
   EXPECT_EQ(cqk::config_hash(back), cqk::config_hash(c));
   EXPECT_EQ(back.train.lr, c.train.lr);  // bit-exact
   EXPECT_EQ(back.model.norm_eps, c.model.norm_eps);
-  EXPECT_EQ(back.model.attention.coupling.dt_init(), -0.125);
+  EXPECT_EQ(back.model.attention.coupling().dt_init(), -0.125);
   EXPECT_EQ(back.model.rope_base, 500000.0);
   EXPECT_EQ(back.run.name, "yes");
   EXPECT_EQ(back.run.dir, "a: b # c");
@@ -315,18 +315,18 @@ TEST(ConfigLoader, ConfigValidateCatchesInconsistentValues) {
   // An unknown kind cannot be held by a Config (an enum): loading refuses it.
   EXPECT_HAS(error_of([] { cqk::default_config({"model.attention.kind=flash"}); }),
              "model.attention.kind: expected one of " + choices(cqk::attention_kind_names()) + ", got 'flash'");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta.key_kernel() = 10; }),
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta().key_kernel() = 10; }),
              "model.attention.mta.key_kernel: must be odd");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta.query_kernel() = 0; }),
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta().query_kernel() = 0; }),
              "model.attention.mta.query_kernel: must be >= 1");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling.hidden() = 0; }),
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling().hidden() = 0; }),
              "model.attention.coupling.hidden: must be >= 1");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling.clamp() = 0; }),
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling().clamp() = 0; }),
              "model.attention.coupling.clamp: must be > 0");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling.steps() = 0; }),
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.coupling().steps() = 0; }),
              "model.attention.coupling.steps: must be in [1, 8]");
   EXPECT_HAS(validate_error([](cqk::Config& c) {
-               c.model.attention.kind = cqk::AttentionKind::Differential;
+               c.model.attention.kind() = cqk::AttentionKind::Differential;
                c.model.heads = 1;
                c.model.width = 64;
              }),

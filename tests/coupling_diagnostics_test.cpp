@@ -112,8 +112,8 @@ cqk::ModelConfig tiny_model(const std::string& attention, const std::string& cou
   config.width = 32;
   config.heads = 4;
   config.layers = 3;
-  config.attention.kind = cqk::parse_attention_kind(attention);
-  config.attention.coupling.kind() = cqk::parse_coupling_kind(coupling);
+  config.attention.kind() = cqk::parse_attention_kind(attention);
+  config.attention.coupling().kind() = cqk::parse_coupling_kind(coupling);
   return config;
 }
 
@@ -131,7 +131,7 @@ TEST(CouplingDiagnostics, ModelReportsEachLayerOfEveryLayout) {
     const std::string name = c.attention + " kv " + std::to_string(c.kv_heads) + (c.separate_pairs ? " separate" : "");
     auto config = tiny_model(c.attention, "affine");
     config.kv_heads = c.kv_heads;
-    config.attention.coupling.separate_pairs() = c.separate_pairs;
+    config.attention.coupling().separate_pairs() = c.separate_pairs;
     at::manual_seed(4);
     cqk::TransformerLM model(config);
     auto& middle = *model->blocks[1]->as<cqk::Block>()->attention->coupling_;

@@ -127,8 +127,8 @@ TEST(ExperimentConfigs, GridIsComplete) {
         SCOPED_TRACE(name);
         const auto* c = get(name);
         ASSERT_NE(c, nullptr) << "missing";
-        EXPECT_EQ(cqk::to_string(c->model.attention.kind), attention);
-        EXPECT_EQ(cqk::to_string(c->model.attention.coupling.kind()), coupling);
+        EXPECT_EQ(cqk::to_string(c->model.attention.kind()), attention);
+        EXPECT_EQ(cqk::to_string(c->model.attention.coupling().kind()), coupling);
         EXPECT_EQ(c->data.seq_len, 512);
       }
     }
@@ -139,8 +139,8 @@ TEST(ExperimentConfigs, GridIsComplete) {
       SCOPED_TRACE(name);
       const auto* c = get(name);
       ASSERT_NE(c, nullptr) << "missing";
-      EXPECT_EQ(cqk::to_string(c->model.attention.kind), attention);
-      EXPECT_EQ(cqk::to_string(c->model.attention.coupling.kind()), control);
+      EXPECT_EQ(cqk::to_string(c->model.attention.kind()), attention);
+      EXPECT_EQ(cqk::to_string(c->model.attention.coupling().kind()), control);
       // Controls are capacity-matched to the method within 5% (docs/METHOD.md).
       const double affine = cqk::parameter_breakdown(get("150m-" + attention + "-affine")->model).coupling;
       EXPECT_NEAR(cqk::parameter_breakdown(c->model).coupling / affine, 1.0, 0.05);
@@ -153,8 +153,8 @@ TEST(ExperimentConfigs, GridIsComplete) {
       const auto* c = get(name);
       ASSERT_NE(c, nullptr) << "missing";
       EXPECT_EQ(c->data.seq_len, seq_len);
-      EXPECT_EQ(cqk::to_string(c->model.attention.kind), "diff");
-      EXPECT_EQ(cqk::to_string(c->model.attention.coupling.kind()), variant == "diff" ? "none" : "affine");
+      EXPECT_EQ(cqk::to_string(c->model.attention.kind()), "diff");
+      EXPECT_EQ(cqk::to_string(c->model.attention.coupling().kind()), variant == "diff" ? "none" : "affine");
     }
   }
 }

@@ -24,8 +24,8 @@ cqk::ModelConfig tiny(const std::string& attention, const std::string& coupling)
   config.width = 32;
   config.layers = 4;  // MTA's layer every 4th: the last
   config.heads = 4;
-  config.attention.kind = cqk::parse_attention_kind(attention);
-  config.attention.coupling.kind() = cqk::parse_coupling_kind(coupling);
+  config.attention.kind() = cqk::parse_attention_kind(attention);
+  config.attention.coupling().kind() = cqk::parse_coupling_kind(coupling);
   return config;
 }
 

@@ -19,8 +19,8 @@ cqk::ModelConfig tiny(const std::string& attention = "vanilla", const std::strin
   config.width = 32;
   config.layers = 2;
   config.heads = 4;
-  config.attention.kind = cqk::parse_attention_kind(attention);
-  config.attention.coupling.kind() = cqk::parse_coupling_kind(coupling);
+  config.attention.kind() = cqk::parse_attention_kind(attention);
+  config.attention.coupling().kind() = cqk::parse_coupling_kind(coupling);
   return config;
 }
 

@@ -25,13 +25,13 @@ cqk::ModelConfig small_config(const std::string& attention, const std::string& c
   c.width = 32;
   c.layers = 3;
   c.heads = 4;
-  c.attention.kind = cqk::parse_attention_kind(attention);
-  c.attention.coupling.kind() = cqk::parse_coupling_kind(coupling);
-  c.attention.coupling.hidden() = 4;
-  c.attention.mta.every() = 2;
-  c.attention.mta.query_kernel() = 3;
-  c.attention.mta.key_kernel() = 5;
-  c.attention.mta.head_group() = 2;
+  c.attention.kind() = cqk::parse_attention_kind(attention);
+  c.attention.coupling().kind() = cqk::parse_coupling_kind(coupling);
+  c.attention.coupling().hidden() = 4;
+  c.attention.mta().every() = 2;
+  c.attention.mta().query_kernel() = 3;
+  c.attention.mta().key_kernel() = 5;
+  c.attention.mta().head_group() = 2;
   return c;
 }
 
@@ -53,17 +53,17 @@ std::vector<Case> grid() {
       cases.push_back({label + "/mlp_hidden=40,width=48", hidden});
 
       auto shared = base;
-      shared.attention.coupling.shared_across_heads() = true;
+      shared.attention.coupling().shared_across_heads() = true;
       cases.push_back({label + "/shared", shared});
 
       auto steps = base;
-      steps.attention.coupling.steps() = 3;
-      steps.attention.coupling.hidden() = 7;
+      steps.attention.coupling().steps() = 3;
+      steps.attention.coupling().hidden() = 7;
       cases.push_back({label + "/steps=3,hidden=7", steps});
 
       if (attention == "diff") {
         auto separate = base;
-        separate.attention.coupling.separate_pairs() = true;
+        separate.attention.coupling().separate_pairs() = true;
         cases.push_back({label + "/separate_pairs", separate});
         auto six = base;
         six.heads = 8;  // 4 differential heads, each of two pairs of size 4
@@ -74,15 +74,15 @@ std::vector<Case> grid() {
         cases.push_back({label + "/gqa kv_heads=2", gqa});
         auto mqa = base;
         mqa.kv_heads = 1;
-        mqa.attention.mta.head_group() = 4;
+        mqa.attention.mta().head_group() = 4;
         cases.push_back({label + "/mqa kv_heads=1,head_group=4", mqa});
       }
       if (attention == "mta") {
         auto every1 = base;
-        every1.attention.mta.every() = 1;
+        every1.attention.mta().every() = 1;
         cases.push_back({label + "/every=1", every1});
         auto every4 = base;
-        every4.attention.mta.every() = 4;  // 3 layers: no MTA layer at all
+        every4.attention.mta().every() = 4;  // 3 layers: no MTA layer at all
         cases.push_back({label + "/every=4", every4});
       }
     }
@@ -107,7 +107,7 @@ TEST(ParameterCount, MatchesTheBuiltModelForEveryKind) {
     int64_t numel = 0;
     for (const auto& p : model->parameters()) numel += p.numel();
     EXPECT_EQ(cqk::count_parameters(c.config), numel);
-    if (c.config.attention.coupling.kind() != cqk::CouplingKind::None) {
+    if (c.config.attention.coupling().kind() != cqk::CouplingKind::None) {
       EXPECT_GT(counted.coupling, 0);
     } else {
       EXPECT_EQ(counted.coupling, 0);
@@ -121,7 +121,7 @@ TEST(ParameterCount, ControlsMatchAffineWithinFivePercent) {
   const auto config = [](const std::string& attention, const std::string& coupling) {
     auto c = small_config(attention, coupling);
     c.width = 256;
-    c.attention.coupling.hidden() = 8;
+    c.attention.coupling().hidden() = 8;
     return c;
   };
   for (const std::string attention : {"vanilla", "diff"}) {
@@ -142,16 +142,16 @@ TEST(ParameterCount, ClosedFormAtPaperScaleWithoutBuilding) {
   c.width = 768;
   c.layers = 18;
   c.heads = 12;
-  c.attention.coupling.kind() = cqk::CouplingKind::None;
+  c.attention.coupling().kind() = cqk::CouplingKind::None;
   const auto start = std::chrono::steady_clock::now();
   const int64_t expected = 32000LL * 768 + 18LL * (4 * 768 * 768 + 3 * 768 * 2048 + 2 * 768) + 768;
   EXPECT_EQ(cqk::count_parameters(c), expected);
   EXPECT_EQ(cqk::mlp_hidden_size(c), 2048);
   // Affine coupling: r(3d+1) + 2d = 8 * 193 + 128 = 1672 per step per head, two steps.
-  c.attention.coupling.kind() = cqk::CouplingKind::Affine;
+  c.attention.coupling().kind() = cqk::CouplingKind::Affine;
   EXPECT_EQ(cqk::parameter_breakdown(c).coupling, 18LL * 12 * 2 * 1672);
   // Differential shares one coupling across its two pairs: half the heads.
-  c.attention.kind = cqk::AttentionKind::Differential;
+  c.attention.kind() = cqk::AttentionKind::Differential;
   EXPECT_EQ(cqk::parameter_breakdown(c).coupling, 18LL * 6 * 2 * 1672);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
@@ -179,7 +179,7 @@ TEST(ParameterCount, RejectsConfigsThatDescribeNoModel) {
   c.kv_heads = 2;
   EXPECT_THROW(cqk::count_parameters(c), std::invalid_argument);
   c = small_config("mta", "none");
-  c.attention.mta.head_group() = 3;
+  c.attention.mta().head_group() = 3;
   EXPECT_THROW(cqk::count_parameters(c), std::invalid_argument);
   // An unknown kind cannot be held by a ModelConfig (an enum): naming it throws.
   EXPECT_THROW(small_config("vanilla", "afine"), std::invalid_argument);

@@ -75,4 +75,12 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
+// The parameters an Attention of `options` has, counted without making it:
+// its own (projections, norms, lambdas, MTA's kernel and mixing) and its coupling's.
+struct AttentionParameterCount {
+  int64_t attention = 0;
+  int64_t coupling = 0;
+};
+AttentionParameterCount attention_parameter_count(const AttentionOptions& options);
+
 }  // namespace cqk

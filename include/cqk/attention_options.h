@@ -1,8 +1,9 @@
 #pragma once
 // The attention's kinds and options, and the shape rules they must keep.
-// MultiTokenOptions is also the config section model.attention.mta, and the
-// coupling's options (coupling_options.h) model.attention.coupling: one
-// struct, one set of defaults. Torch-free: the config loader reads it.
+// AttentionOptions is also the config section model.attention (its kind, mta
+// and coupling are the keys), as MultiTokenOptions is model.attention.mta and
+// CouplingOptions (coupling_options.h) model.attention.coupling: one struct,
+// one set of defaults. Torch-free: the config loader reads it.
 #include <cstdint>
 #include <optional>
 #include <string>

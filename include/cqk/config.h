@@ -1,9 +1,9 @@
 #pragma once
 // The experiment configuration: plain structs with defaults, filled from YAML
 // (`inherit:` for a base file, `--set key.path=value` overrides) and written
-// back fully resolved into the run directory. Every field is a YAML key of the
-// same name under its section (model.attention.coupling.kind, train.lr, ...);
-// kinds are enums, named in the config by their kind tables. Torch-free.
+// back fully resolved into the run directory. Every field but the attention's
+// shape is a YAML key of the same name under its section
+// (model.attention.coupling.kind, train.lr, ...); kinds are enums, named in the config by their kind tables. Torch-free.
 // The defaults are configs/default.yaml's values, whose comments say why;
 // ConfigLoader.StructDefaultsAreTheEmbeddedDefault checks every field.
 #include <cstdint>
@@ -16,13 +16,6 @@
 
 namespace cqk {
 
-// model.attention: the coupling and MTA sections are the modules' own options.
-struct AttentionConfig {
-  AttentionKind kind = AttentionKind::Vanilla;  // attention_kind_names() (attention_options.h)
-  CouplingOptions coupling;                     // kind, hidden, steps, clamp, ... (coupling_options.h)
-  MultiTokenOptions mta;                        // every, query_kernel, key_kernel, head_group
-};
-
 struct ModelConfig {
   int64_t vocab_size = 0;             // 0: taken from the data
   int64_t width = 128;
@@ -34,7 +27,9 @@ struct ModelConfig {
   double rope_base = 10000.0;
   double init_std = 0.02;
   double norm_eps = 1e-5;
-  AttentionConfig attention;
+  // model.attention: kind, coupling and mta are keys; the shape fields
+  // (width, heads, ...) are set per layer from the keys above (attention_options()).
+  AttentionOptions attention;
 };
 
 struct RecallConfig {

@@ -92,13 +92,13 @@ void print_summary(const Config& config, const std::string& source) {
   const int64_t mlp_hidden = mlp_hidden_size(m);
   const int64_t kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
 
-  std::string attention = to_string(m.attention.kind);
-  const auto& mta = m.attention.mta;
-  if (m.attention.kind == AttentionKind::MultiToken)
+  std::string attention = to_string(m.attention.kind());
+  const auto& mta = m.attention.mta();
+  if (m.attention.kind() == AttentionKind::MultiToken)
     attention += " (every " + std::to_string(mta.every()) + ", kernels " + std::to_string(mta.query_kernel()) + "x" +
                  std::to_string(mta.key_kernel()) + ", head group " + std::to_string(mta.head_group()) + ")";
   std::cout << "config: " << source << "\n";
-  std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling)
+  std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling())
             << " | layers " << m.layers << " | width " << m.width << " | heads " << m.heads << " (kv " << kv_heads
             << ") | head dim " << m.width / m.heads << " | mlp " << m.mlp << " " << mlp_hidden << " | vocab "
             << m.vocab_size << "\n";
@@ -164,7 +164,7 @@ void print_current_diagnostics(const std::string& run_dir) {
 void print_run(const std::string& run_dir) {
   Config config = load_run_config(run_dir);
   print_summary(config, (fs::path(run_dir) / "config.yaml").string());
-  if (config.model.attention.coupling.kind() == CouplingKind::None) return;
+  if (config.model.attention.coupling().kind() == CouplingKind::None) return;
   print_logged_diagnostics(run_dir);
   print_current_diagnostics(run_dir);
 }

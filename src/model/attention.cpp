@@ -76,6 +76,35 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
   }
 }
 
+// From the options alone, beside the constructor it mirrors: a new kind's
+// parameters are counted where they are made.
+AttentionParameterCount attention_parameter_count(const AttentionOptions& options) {
+  const auto shape = attention_shape(options);
+  const int64_t width = options.width(), heads = options.num_heads(), head_dim = shape.head_dim,
+                kv_heads = shape.kv_heads;
+  AttentionParameterCount count;
+  // q and out: width x width; k and v: width x (kv_heads * head_dim); no biases.
+  count.attention = 2 * width * width + 2 * width * kv_heads * head_dim;
+  switch (options.kind()) {
+    case AttentionKind::Vanilla: break;
+    case AttentionKind::QKNorm: count.attention += 2 * head_dim; break;  // q_norm, k_norm
+    case AttentionKind::Differential:
+      count.attention += 4 * head_dim + 2 * head_dim;  // lambda_{q1,k1,q2,k2}, head_norm over 2 * head_dim
+      break;
+    case AttentionKind::MultiToken: {
+      const auto& mta = options.mta();
+      count.attention += heads * mta.query_kernel() * mta.key_kernel()                // kernel [heads, 1, c_q, c_k]
+                         + (heads / mta.head_group()) * mta.head_group() * mta.head_group()  // mixing
+                         + head_dim;                                                  // head_norm
+      break;
+    }
+  }
+  auto coupling = options.coupling();
+  coupling.num_heads(shape.coupling_heads).head_dim(head_dim);
+  count.coupling = coupling_parameter_count(coupling);
+  return count;
+}
+
 at::Tensor AttentionImpl::expand_kv_heads(const at::Tensor& t) const {
   // The coupling pairs each query head with a key head, so shared keys are expanded first.
   const int64_t repeat = options_.num_heads() / kv_heads_;

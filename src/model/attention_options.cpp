@@ -59,25 +59,24 @@ AttentionShape attention_shape(const AttentionOptions& options) {
 
 
 AttentionOptions attention_options(const ModelConfig& config, int64_t layer) {
-  const auto& a = config.attention;
-  auto kind = a.kind;
-  if (kind == AttentionKind::MultiToken && (layer + 1) % a.mta.every() != 0) kind = AttentionKind::Vanilla;
-  return AttentionOptions(config.width, config.heads)
-      .kind(kind)
+  // The kind's own options come whole from model.attention; the shape from model.*.
+  auto options = config.attention;
+  if (options.kind() == AttentionKind::MultiToken && (layer + 1) % options.mta().every() != 0)
+    options.kind(AttentionKind::Vanilla);
+  return options.width(config.width)
+      .num_heads(config.heads)
       .num_kv_heads(config.kv_heads)
       .layer_index(layer)
       .rope_base(config.rope_base)
-      .norm_eps(config.norm_eps)
-      .mta(a.mta)
-      .coupling(a.coupling);
+      .norm_eps(config.norm_eps);
 }
 
 std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config) {
   // Layers differ only in kind (MTA on every `every`-th) and index: the first
   // layer and the first MTA layer stand for all.
-  const int64_t every = config.attention.mta.every();
+  const int64_t every = config.attention.mta().every();
   std::vector<int64_t> layers{0};
-  if (config.attention.kind == AttentionKind::MultiToken && every >= 1 && every <= config.layers)
+  if (config.attention.kind() == AttentionKind::MultiToken && every >= 1 && every <= config.layers)
     layers.push_back(every - 1);
   for (const int64_t layer : layers)
     if (auto problem = attention_shape_problem(attention_options(config, layer))) return problem;

@@ -53,7 +53,7 @@ CouplingDiagnostics mean_over_layers(const std::vector<CouplingDiagnostics>& lay
 
 std::vector<CouplingDiagnostics> coupling_diagnostics(TransformerLM& model, const at::Tensor& tokens) {
   std::vector<CouplingDiagnostics> layers;
-  if (model->config().attention.coupling.kind() == CouplingKind::None) return layers;
+  if (model->config().attention.coupling().kind() == CouplingKind::None) return layers;
   at::NoGradGuard no_grad;
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   // The residual stream as the model computes it, layer by layer.

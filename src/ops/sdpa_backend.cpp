@@ -61,10 +61,10 @@ std::string use_sdpa_backend(const Config& config, int64_t batch, bool bf16, boo
   const auto& m = config.model;
   const int64_t head_dim = m.width / m.heads;
   const int64_t t = config.data.seq_len;
-  switch (m.attention.kind) {
+  switch (m.attention.kind()) {
     case AttentionKind::Differential: return sdpa_backend_for(batch, m.heads / 2, t, head_dim, 2 * head_dim, bf16, cuda);
     case AttentionKind::MultiToken:
-      if (m.attention.mta.every() == 1) return "none";
+      if (m.attention.mta().every() == 1) return "none";
       break;
     default: break;
   }
