@@ -56,7 +56,7 @@ def load_pickled(path):
 
 def make_optimizer(model, train, groups, fused=False):
     """The trainer's AdamW over the trainer's own parameter groups (`groups`: the
-    "optimizer_groups" cqk writes, src/train/trainer.cpp optimizer_groups: weight
+    "optimizer_groups" cqk writes, src/train/train_step.cpp optimizer_groups: weight
     decay, lr scale and parameter names per group), so that both optimise alike.
     fused: PyTorch's single-kernel AdamW, the optimizer a speed-minded researcher picks."""
     named = dict(model.named_parameters())

@@ -20,6 +20,7 @@
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
 #include "cqk/evaluation_report.h"
+#include "cqk/train_step.h"
 #include "cqk/trainer.h"
 #include "temp_dir.h"
 #include "test_io.h"

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <stdexcept>
 
 #include "cqk/checkpoint.h"
@@ -18,8 +17,8 @@
 #include "cqk/distributed.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/fused_adamw.h"
-#include "cqk/flops.h"
 #include "cqk/log.h"
+#include "cqk/matmul_peak.h"
 #include "cqk/progress.h"
 #include "cqk/runtime.h"
 #include "cqk/schedule.h"
@@ -62,61 +61,6 @@ class StopSignals {
 };
 
 }  // namespace
-
-// Decoupled weight decay on matrices only; embeddings, norms, biases and the
-// identity-initialised MTA parameters are left alone unless the config says so.
-std::vector<OptimizerGroup> optimizer_groups(TransformerLM& model, const TrainConfig& train) {
-  // Groups by (weight decay, lr scale); the first two always exist, so a run
-  // without coupling settings keeps the two groups its checkpoints hold.
-  std::vector<OptimizerGroup> groups{{true, 1.0, {}, {}}, {false, 1.0, {}, {}}};
-  std::set<const void*> identity_initialised;
-  for (const auto& p : model->identity_initialised_parameters()) identity_initialised.insert(p.unsafeGetTensorImpl());
-  for (const auto& item : model->named_parameters()) {
-    const auto& name = item.key();
-    const bool embedding = name.rfind("embedding.", 0) == 0;
-    const bool coupling = name.find(".coupling.") != std::string::npos;
-    const bool matrix = item.value().dim() >= 2 && !embedding &&
-                        identity_initialised.count(item.value().unsafeGetTensorImpl()) == 0;
-    const bool decayed = (!coupling || train.decay_coupling) &&
-                         (matrix || (embedding && train.decay_embeddings) ||
-                          (!matrix && !embedding && train.decay_norms_and_biases));
-    const double lr_scale = coupling ? train.coupling_lr_scale : 1.0;
-    auto group = std::find_if(groups.begin(), groups.end(), [&](const OptimizerGroup& g) {
-      return g.decayed == decayed && g.lr_scale == lr_scale;
-    });
-    if (group == groups.end()) group = groups.insert(groups.end(), OptimizerGroup{decayed, lr_scale, {}, {}});
-    group->names.push_back(name);
-    group->params.push_back(item.value());
-  }
-  return groups;
-}
-
-std::unique_ptr<FusedAdamW> make_optimizer(TransformerLM& model, const TrainConfig& train) {
-  std::vector<torch::optim::OptimizerParamGroup> param_groups;
-  std::vector<double> lr_scales;
-  for (auto& g : optimizer_groups(model, train)) {
-    auto options = std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr * g.lr_scale)
-                                                                    .betas({train.beta1, train.beta2})
-                                                                    .eps(train.eps)
-                                                                    .weight_decay(g.decayed ? train.weight_decay : 0.0));
-    param_groups.emplace_back(std::move(g.params), std::move(options));
-    lr_scales.push_back(g.lr_scale);
-  }
-  return std::make_unique<FusedAdamW>(std::move(param_groups), torch::optim::AdamWOptions(train.lr),
-                                      std::move(lr_scales));
-}
-
-double clip_gradient_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  for (const auto& p : parameters)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  const double norm = at::stack(at::_foreach_norm(grads, 2)).norm().item<double>();
-  const double factor = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && factor < 1.0) at::_foreach_mul_(grads, factor);
-  return norm;
-}
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "cqk/flops.h"
+#include "cqk/matmul_peak.h"
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
