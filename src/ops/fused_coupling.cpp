@@ -68,6 +68,44 @@ kn::ElementType element_type(const at::Tensor& t) { return kernel_arguments::ele
 at::Tensor kernel_readable(const at::Tensor& t) { return kernel_arguments::kernel_readable(t, kWho); }
 using kernel_arguments::current_stream;
 using kernel_arguments::row_strides;
+
+// fused::AfterCoupling as the coupling kernels take it, checked against the
+// coupling's [batch, heads, time, head_dim] input or output `like`: RoPE tables
+// (kernel_arguments::rope_tables), QK-norm weights of both q and k or neither
+// ([head_dim] contiguous float32 on like's device) and, for the forward, the
+// coupled outputs if any (both, contiguous, like's shape and dtype).
+kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward) {
+  const int64_t time = like.size(2), head_dim = like.size(3);
+  kn::AfterCoupling out;
+  out.rope = kernel_arguments::rope_tables(after.rope_cos, after.rope_sin, time, head_dim, like.device(), kWho);
+  if (!after.q_norm_weight.defined() && !after.k_norm_weight.defined()) return out;
+  if (!kernel_arguments::is_channel_vector(after.q_norm_weight, head_dim, like.device()) ||
+      !kernel_arguments::is_channel_vector(after.k_norm_weight, head_dim, like.device()))
+    fail("QK-norm weights must be contiguous float32 [" + std::to_string(head_dim) +
+                  "] tensors on the inputs' device, for both q and k");
+  out.norm = {after.q_norm_weight.data_ptr<float>(), after.k_norm_weight.data_ptr<float>(),
+              static_cast<float>(after.norm_eps)};
+  if (forward && (after.q_coupled.defined() || after.k_coupled.defined())) {
+    for (const auto* coupled : {&after.q_coupled, &after.k_coupled})
+      if (!coupled->defined() || !coupled->is_contiguous() || coupled->sizes() != like.sizes() ||
+          coupled->scalar_type() != like.scalar_type() || coupled->device() != like.device())
+        fail("q_coupled and k_coupled must both be contiguous tensors of q's shape, dtype and device");
+    out.q_coupled = after.q_coupled.data_ptr();
+    out.k_coupled = after.k_coupled.data_ptr();
+  }
+  return out;
+}
+
+// The QK-norm weights' gradients of `after` (shaped like the weights), for the backward.
+kn::QKNormGrads qk_norm_grads(const fused::AfterCoupling& after) {
+  if (!after.q_norm_weight.defined()) return {};
+  const int64_t dim = after.q_norm_weight.numel();
+  const auto device = after.q_norm_weight.device();
+  if (!kernel_arguments::is_channel_vector(after.q_norm_weight_grad, dim, device) ||
+      !kernel_arguments::is_channel_vector(after.k_norm_weight_grad, dim, device))
+    fail("QK-norm weight gradients must be contiguous float32 tensors shaped like the weights");
+  return {after.q_norm_weight_grad.data_ptr<float>(), after.k_norm_weight_grad.data_ptr<float>()};
+}
 using kernel_arguments::shape_of;
 
 void check_inputs(const CouplingOptions& o, const at::Tensor& q, const at::Tensor& k) {
@@ -188,7 +226,7 @@ void affine_forward_out(const CouplingOptions& options, const std::vector<at::Te
     fail("the inverse takes no RoPE or QK-norm");
   const c10::cuda::CUDAGuard guard(q.device());
   const auto params = make_params(options, weights, q.device());
-  const auto applied = kernel_arguments::after_coupling(after, q, /*forward=*/true, kWho);
+  const auto applied = after_coupling(after, q, /*forward=*/true);
   const auto qr = kernel_readable(q), kr = kernel_readable(k);
   if (inverse) {
     kn::affine_coupling_inverse_cuda(element_type(q), qr.data_ptr(), row_strides(qr), kr.data_ptr(), row_strides(kr),
@@ -216,8 +254,8 @@ void affine_backward_out(const CouplingOptions& options, const std::vector<at::T
   const c10::cuda::CUDAGuard guard(q_out.device());
   const auto params = make_params(options, weights, q_out.device());
   const auto g = kernel_arguments::coupling_grads(weights, weight_grads, q_out.device(), kWho);
-  const auto applied = kernel_arguments::after_coupling(after, q_out, /*forward=*/false, kWho);
-  const auto norm_grads = kernel_arguments::qk_norm_grads(after, kWho);
+  const auto applied = after_coupling(after, q_out, /*forward=*/false);
+  const auto norm_grads = qk_norm_grads(after);
   const auto gq = kernel_readable(grad_q), gk = kernel_readable(grad_k);
   kn::affine_coupling_backward_cuda(element_type(q_out), q_out.data_ptr(), k_out.data_ptr(), gq.data_ptr(),
                                     row_strides(gq), gk.data_ptr(), row_strides(gk), dq.data_ptr(), dk.data_ptr(),

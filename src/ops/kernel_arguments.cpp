@@ -107,39 +107,6 @@ bool is_channel_vector(const at::Tensor& t, int64_t dim, const at::Device& devic
          t.device() == device;
 }
 
-kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
-                                 const std::string& who) {
-  const int64_t time = like.size(2), head_dim = like.size(3);
-  kn::AfterCoupling out;
-  out.rope = rope_tables(after.rope_cos, after.rope_sin, time, head_dim, like.device(), who);
-  if (!after.q_norm_weight.defined() && !after.k_norm_weight.defined()) return out;
-  if (!is_channel_vector(after.q_norm_weight, head_dim, like.device()) ||
-      !is_channel_vector(after.k_norm_weight, head_dim, like.device()))
-    fail(who, "QK-norm weights must be contiguous float32 [" + std::to_string(head_dim) +
-                  "] tensors on the inputs' device, for both q and k");
-  out.norm = {after.q_norm_weight.data_ptr<float>(), after.k_norm_weight.data_ptr<float>(),
-              static_cast<float>(after.norm_eps)};
-  if (forward && (after.q_coupled.defined() || after.k_coupled.defined())) {
-    for (const auto* coupled : {&after.q_coupled, &after.k_coupled})
-      if (!coupled->defined() || !coupled->is_contiguous() || coupled->sizes() != like.sizes() ||
-          coupled->scalar_type() != like.scalar_type() || coupled->device() != like.device())
-        fail(who, "q_coupled and k_coupled must both be contiguous tensors of q's shape, dtype and device");
-    out.q_coupled = after.q_coupled.data_ptr();
-    out.k_coupled = after.k_coupled.data_ptr();
-  }
-  return out;
-}
-
-kn::QKNormGrads qk_norm_grads(const fused::AfterCoupling& after, const std::string& who) {
-  if (!after.q_norm_weight.defined()) return {};
-  const int64_t dim = after.q_norm_weight.numel();
-  const auto device = after.q_norm_weight.device();
-  if (!is_channel_vector(after.q_norm_weight_grad, dim, device) ||
-      !is_channel_vector(after.k_norm_weight_grad, dim, device))
-    fail(who, "QK-norm weight gradients must be contiguous float32 tensors shaped like the weights");
-  return {after.q_norm_weight_grad.data_ptr<float>(), after.k_norm_weight_grad.data_ptr<float>()};
-}
-
 #ifdef CQK_WITH_CUDA
 void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 #endif

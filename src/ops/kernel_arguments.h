@@ -2,15 +2,15 @@
 // Tensors to the raw-pointer arguments of the coupling kernels: the CUDA
 // launchers in kernels/ and the CPU kernel in src/simd/, which take the same
 // argument types (kernels/coupling_kernels.h): element types, row strides,
-// readable copies, coupling weights and their gradients, the stream. Internal
-// to the library (src/ops/fused_coupling.cpp, src/ops/cpu_coupling.cpp); kernel_readable and current_stream are in CUDA builds only.
+// readable copies, coupling weights and their gradients, RoPE tables, the
+// stream. Internal to src/ops/ (the coupling and RoPE kernels' glue);
+// kernel_readable and current_stream are in CUDA builds only.
 #include <ATen/core/Tensor.h>
 
 #include <string>
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
 #include "coupling_kernels.h"  // kernels/: AffineCouplingParams, ElementType, RowStrides, CouplingShape
 
 namespace cqk::kernel_arguments {
@@ -51,16 +51,6 @@ kernels::RopeTables rope_tables(const at::Tensor& cos, const at::Tensor& sin, in
 // A [dim] contiguous float32 vector on `device`: a per-channel weight (QK-norm's)
 // as the kernels read it.
 bool is_channel_vector(const at::Tensor& t, int64_t dim, const at::Device& device);
-
-// fused::AfterCoupling as the coupling kernels take it, checked against the
-// coupling's [batch, heads, time, head_dim] input or output `like`: RoPE tables
-// as above, QK-norm weights of both q and k or neither ([head_dim] contiguous
-// float32 on like's device) and, for the forward, the coupled outputs if any
-// (both, contiguous, like's shape and dtype). std::invalid_argument "<who>: ..." otherwise.
-kernels::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Tensor& like, bool forward,
-                                      const std::string& who);
-// The QK-norm weights' gradients of `after` (shaped like the weights), for the backward.
-kernels::QKNormGrads qk_norm_grads(const fused::AfterCoupling& after, const std::string& who);
 
 #ifdef CQK_WITH_CUDA
 // The current CUDA stream of t's device, as the launchers take it.
