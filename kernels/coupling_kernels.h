@@ -1,7 +1,7 @@
 #pragma once
 // Host launchers for the fused affine-coupling kernels (coupling_kernels.cu).
 // Raw pointers only, so that neither side of the boundary needs the other's
-// headers: the torch side is src/ops/fused_coupling.cpp.
+// headers: the torch side is src/ops/cuda_coupling.cpp.
 //
 // Tensors: q and k are [batch, heads, time, head_dim] with the last dimension
 // contiguous and any strides (in elements) for the other three, as long as every

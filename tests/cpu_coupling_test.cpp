@@ -10,7 +10,7 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "cqk/rope.h"
 #include "ops/kernel_arguments.h"
 #include "simd/simd_variants.h"

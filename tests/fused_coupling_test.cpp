@@ -18,7 +18,7 @@
 
 #include "cqk/attention.h"
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "test_io.h"
 #include "tools/fused_check.h"
 
@@ -67,7 +67,7 @@ TEST(FusedCheck, ComparisonFloorsTheReferenceMagnitude) {
   do {                                                                                                \
     if (!torch::cuda::is_available())                                                                 \
       GTEST_SKIP() << "no CUDA device: fused kernel tests need a GPU (scripts/gpu_check.sh)";         \
-    if (!cqk::fused_coupling_built())                                                                 \
+    if (!cqk::cuda_coupling_built())                                                                 \
       GTEST_SKIP() << "cqk was built without CUDA (CQK_WITH_CUDA off): no fused kernels to test";     \
   } while (0)
 
@@ -120,14 +120,14 @@ TEST(FusedCoupling, UnsupportedShapesFallBackToAten) {
   cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 32).hidden(8));
   coupling->to(at::kCUDA);
   const auto q = at::randn({1, 2, 5, 32}, at::kCUDA), k = at::randn({1, 2, 5, 32}, at::kCUDA);
-  EXPECT_FALSE(cqk::fused_affine_coupling_applies(*coupling, q, k));
+  EXPECT_FALSE(cqk::cuda_affine_coupling_applies(*coupling, q, k));
   const auto [q_out, k_out] = coupling->forward(q, k);
   EXPECT_TRUE(at::equal(q_out, q)) << "identity at init";
   // Half precision is not compiled either.
   cqk::QKCoupling coupling64(cqk::CouplingOptions(cqk::CouplingKind::Affine, 2, 64));
   coupling64->to(at::kCUDA);
   const auto h = at::randn({1, 2, 5, 64}, at::kCUDA).to(at::kHalf);
-  EXPECT_FALSE(cqk::fused_affine_coupling_applies(*coupling64, h, h));
+  EXPECT_FALSE(cqk::cuda_affine_coupling_applies(*coupling64, h, h));
   EXPECT_NO_THROW(coupling64->forward(h, h));
 }
 
@@ -137,7 +137,7 @@ TEST(FusedCoupling, IdentityAtInitIsExactInFloat32) {
   cqk::QKCoupling coupling(cqk::CouplingOptions(cqk::CouplingKind::Affine, 3, 64));
   coupling->to(at::kCUDA);
   const auto q = at::randn({2, 3, 17, 64}, at::kCUDA), k = at::randn({2, 3, 17, 64}, at::kCUDA);
-  ASSERT_TRUE(cqk::fused_affine_coupling_applies(*coupling, q, k));
+  ASSERT_TRUE(cqk::cuda_affine_coupling_applies(*coupling, q, k));
   const auto [q_out, k_out] = coupling->forward(q, k);
   EXPECT_TRUE(at::equal(q_out, q));
   EXPECT_TRUE(at::equal(k_out, k));
@@ -203,9 +203,9 @@ TEST(FusedCoupling, AttentionWithRopeMatchesTheAtenPath) {
       const auto coupling = std::dynamic_pointer_cast<cqk::QKCouplingImpl>(attention->named_children()["coupling"]);
       ASSERT_TRUE(coupling);
       const auto qk = at::randn({2, 97, 4, 64}, at::kCUDA).transpose(1, 2);
-      ASSERT_TRUE(cqk::fused_affine_coupling_applies(*coupling, qk, qk)) << cqk::to_string(kind);
+      ASSERT_TRUE(cqk::cuda_affine_coupling_applies(*coupling, qk, qk)) << cqk::to_string(kind);
       if (kind == cqk::AttentionKind::QKNorm)
-        ASSERT_TRUE(cqk::fused_qk_norm_applies(attention->q_norm->weight, attention->k_norm->weight, qk));
+        ASSERT_TRUE(cqk::cuda_qk_norm_applies(attention->q_norm->weight, attention->k_norm->weight, qk));
     }
     const auto x0 = at::randn({2, 97, 256}, at::kCUDA), grad = at::randn({2, 97, 256}, at::kCUDA);
     std::vector<at::Tensor> results[2];

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "cqk/rope.h"
 #include "check_support.h"
 #include "tensor_compare.h"
@@ -333,9 +333,9 @@ inline Result check_module_dispatch(const Case& c, uint64_t seed) {
   const bool was_enabled = fused_coupling_enabled();
   for (int fused_path = 0; fused_path < 2; ++fused_path) {
     set_fused_coupling_enabled(fused_path == 1);
-    if (fused_affine_coupling_applies(*coupling, q0, k0) != (fused_path == 1)) {
+    if (cuda_affine_coupling_applies(*coupling, q0, k0) != (fused_path == 1)) {
       result.ok = false;
-      result.report += std::string("FAIL fused_affine_coupling_applies() is ") +
+      result.report += std::string("FAIL cuda_affine_coupling_applies() is ") +
                        (fused_path == 1 ? "false with the switch on\n" : "true with the switch off\n");
     }
     for (auto& p : coupling->parameters()) p.mutable_grad() = at::Tensor();

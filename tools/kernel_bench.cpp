@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "cqk/rope.h"
 #include "cqk/sdpa_backend.h"
 #include "tools/fused_check.h"
@@ -200,13 +200,13 @@ Row measure(const Options& o, const std::string& path, const std::string& dtype_
   } else if (path == "rope-sdpa") {
     r.times = timed([&] { return sdpa(cqk::apply_rope(q, kRopeBase), cqk::apply_rope(k, kRopeBase)); });
   } else if (path == "fused-coupling-rope") {
-    r.applies = cqk::fused_affine_coupling_applies(*coupling, q, k);
+    r.applies = cqk::cuda_affine_coupling_applies(*coupling, q, k);
     if (r.applies) r.times = timed([&] {
-        const auto [a, b] = cqk::fused_affine_coupling(*coupling, q, k, kRopeBase);
+        const auto [a, b] = cqk::cuda_affine_coupling(*coupling, q, k, kRopeBase);
         return sdpa(a, b);
       });
   } else {  // fused-coupling, aten-coupling
-    r.applies = path == "aten-coupling" || cqk::fused_affine_coupling_applies(*coupling, q, k);
+    r.applies = path == "aten-coupling" || cqk::cuda_affine_coupling_applies(*coupling, q, k);
     if (r.applies) {
       r.times = timed(coupled_sdpa);
       r.coupling_fwd_bwd = time_ms(coupling_step, o.warmup, o.iters);
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cqk_kernel_bench: no CUDA device\n");
     return 3;
   }
-  if (!cqk::fused_coupling_built()) {
+  if (!cqk::cuda_coupling_built()) {
     std::fprintf(stderr, "cqk_kernel_bench: built without CUDA kernels\n");
     return 3;
   }

@@ -11,7 +11,7 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "simd/simd_variants.h"
 
 namespace cqk {
@@ -29,7 +29,7 @@ double milliseconds_since(Clock::time_point start) {
 }
 
 bool kernel_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k) {
-  if (q.is_cuda()) return fused_affine_coupling_applies(coupling, q, k);
+  if (q.is_cuda()) return cuda_affine_coupling_applies(coupling, q, k);
   // The CPU kernel sees float32: reduced precision is upcast before it.
   return cpu_affine_coupling_applies(coupling, q.to(at::kFloat), k.to(at::kFloat));
 }

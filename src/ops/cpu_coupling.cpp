@@ -9,7 +9,7 @@
 
 #include "ops/coupling_autograd.h"
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "cqk/rope.h"
 #include "ops/kernel_arguments.h"
 #include "simd/affine_coupling_cpu.h"

@@ -6,7 +6,7 @@
 
 #include "ops/cpu_coupling.h"
 #include "cqk/coupling.h"
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 #include "cqk/rms_norm.h"
 #include "cqk/rope.h"
 #include "ops/recompute_from_inverse.h"
@@ -39,13 +39,13 @@ std::pair<at::Tensor, at::Tensor> couple(QKCouplingImpl& coupling, const at::Ten
   const auto& options = coupling.options();
   if (options.kind() == CouplingKind::None) return finish(q, k, before, /*rope_applied=*/false);
   RECORD_USER_SCOPE("cqk::coupling");  // with the QK-norm and RoPE that follow it; a profiler range
-  if (fused_affine_coupling_applies(coupling, q, k)) {
-    if (!before.q_norm || fused_qk_norm_applies(before.q_norm->weight, before.k_norm->weight, q)) {
-      std::optional<FusedQKNorm> norm;
-      if (before.q_norm) norm = FusedQKNorm{before.q_norm->weight, before.k_norm->weight, before.q_norm->eps()};
-      return fused_affine_coupling(coupling, q, k, before.rope_base, norm);
+  if (cuda_affine_coupling_applies(coupling, q, k)) {
+    if (!before.q_norm || cuda_qk_norm_applies(before.q_norm->weight, before.k_norm->weight, q)) {
+      std::optional<CudaQKNorm> norm;
+      if (before.q_norm) norm = CudaQKNorm{before.q_norm->weight, before.k_norm->weight, before.q_norm->eps()};
+      return cuda_affine_coupling(coupling, q, k, before.rope_base, norm);
     }
-    const auto [q_out, k_out] = fused_affine_coupling(coupling, q, k);
+    const auto [q_out, k_out] = cuda_affine_coupling(coupling, q, k);
     return finish(q_out, k_out, before, /*rope_applied=*/false);
   }
 

@@ -4,7 +4,7 @@
 // covers them. The coupling module and the attention module each make one
 // call here. In order of preference:
 //   1. the fused CUDA coupling kernel, QK-norm and RoPE in its pass
-//      (fused_coupling.h), feeding torch's SDPA (sdpa_backend.h);
+//      (cuda_coupling.h), feeding torch's SDPA (sdpa_backend.h);
 //   2. the CPU kernel (cpu_coupling.h, src/simd/), RoPE in its pass unless
 //      QK-norm comes between;
 //   3. ATen: the module's transform, through recompute_from_inverse.h when a

@@ -2,7 +2,7 @@
 // the launches on the current CUDA stream. The kernels themselves
 // (kernels/coupling_kernels.cu) see raw pointers only. Without CUDA
 // (CQK_WITH_CUDA undefined) only the switch and stubs are compiled.
-#include "ops/fused_coupling.h"
+#include "ops/cuda_coupling.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -152,7 +152,7 @@ fused::AfterCoupling after_coupling_for(const at::Tensor& q, std::optional<doubl
 // the RoPE tables); the backward kernel rebuilds the inputs from the outputs.
 // With QK-norm (qk_norm_eps set), the last two of `weights` are the norm's
 // weights for q and k, and the coupling's own outputs are saved instead.
-struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCoupling> {
+struct CudaAffineCoupling : public torch::autograd::Function<CudaAffineCoupling> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                                                 const at::Tensor& k, at::TensorList weights, CouplingOptions options,
                                                 std::optional<double> rope_base,
@@ -211,7 +211,7 @@ struct FusedAffineCoupling : public torch::autograd::Function<FusedAffineCouplin
 
 }  // namespace
 
-bool fused_coupling_built() { return true; }
+bool cuda_coupling_built() { return true; }
 
 namespace fused {
 
@@ -264,7 +264,7 @@ void affine_backward_out(const CouplingOptions& options, const std::vector<at::T
 
 }  // namespace fused
 
-bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k) {
+bool cuda_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k) {
   const auto& o = coupling.options();
   if (!fused_coupling_enabled() || o.kind() != CouplingKind::Affine) return false;
   if (!q.defined() || !k.defined() || !q.is_cuda() || !k.is_cuda() || q.device() != k.device()) return false;
@@ -280,14 +280,14 @@ bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Ten
   return true;
 }
 
-bool fused_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q) {
+bool cuda_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q) {
   return kernel_arguments::is_channel_vector(q_weight, q.size(-1), q.device()) &&
          kernel_arguments::is_channel_vector(k_weight, q.size(-1), q.device());
 }
 
-std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
+std::pair<at::Tensor, at::Tensor> cuda_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
                                                         const at::Tensor& k, std::optional<double> rope_base,
-                                                        const std::optional<FusedQKNorm>& qk_norm) {
+                                                        const std::optional<CudaQKNorm>& qk_norm) {
   const auto weights = fused::affine_weights(coupling);
   // What autograd differentiates with respect to: the coupling's weights, then the norm's.
   std::vector<at::Tensor> parameters = weights;
@@ -310,7 +310,7 @@ std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& co
     return {q_out, k_out};
   }
   auto out =
-      FusedAffineCoupling::apply(q, k, at::TensorList(parameters), coupling.options(), rope_base, qk_norm_eps);
+      CudaAffineCoupling::apply(q, k, at::TensorList(parameters), coupling.options(), rope_base, qk_norm_eps);
   return {out[0], out[1]};
 }
 
@@ -322,13 +322,13 @@ namespace {
 }
 }  // namespace
 
-bool fused_coupling_built() { return false; }
-bool fused_affine_coupling_applies(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) { return false; }
-std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&,
-                                                        std::optional<double>, const std::optional<FusedQKNorm>&) {
+bool cuda_coupling_built() { return false; }
+bool cuda_affine_coupling_applies(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&) { return false; }
+std::pair<at::Tensor, at::Tensor> cuda_affine_coupling(const QKCouplingImpl&, const at::Tensor&, const at::Tensor&,
+                                                        std::optional<double>, const std::optional<CudaQKNorm>&) {
   not_built();
 }
-bool fused_qk_norm_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+bool cuda_qk_norm_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 namespace fused {
 void affine_forward_out(const CouplingOptions&, const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&,

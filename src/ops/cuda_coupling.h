@@ -1,11 +1,11 @@
 #pragma once
 // The fused CUDA affine coupling (kernels/coupling_kernels.cu) as a torch
 // autograd function. The q/k path (src/ops/qk_path.h) takes it for CUDA
-// tensors when fused_affine_coupling_applies(); the ATen path stays the
+// tensors when cuda_affine_coupling_applies(); the ATen path stays the
 // fallback and the reference. See docs/KERNELS.md.
 //
 // Builds without CUDA (CQK_WITH_CUDA undefined) get the same functions:
-// fused_coupling_built() is false, fused_affine_coupling_applies() is false and
+// cuda_coupling_built() is false, cuda_affine_coupling_applies() is false and
 // the others but fused::affine_weights throw std::logic_error.
 #include <ATen/core/Tensor.h>
 
@@ -19,7 +19,7 @@ class QKCouplingImpl;
 struct CouplingOptions;
 
 // Whether this library was built with the CUDA kernels.
-bool fused_coupling_built();
+bool cuda_coupling_built();
 
 // Process-wide switch, on by default; CQK_FUSED_COUPLING=0 in the environment
 // turns it off at start-up. Off, every coupling takes the ATen path (used to
@@ -32,7 +32,7 @@ void set_fused_coupling_enabled(bool enabled);
 // bfloat16) and shape on one device, the head dim / hidden / steps are compiled
 // (cqk::kernels::fused_coupling_supported) and the weights are float32 on that
 // device.
-bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k);
+bool cuda_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Tensor& q, const at::Tensor& k);
 
 // The coupling of (q, k), differentiable with respect to q, k and the
 // coupling's weights. Like the ATen path with recompute_from_inverse, it saves
@@ -43,24 +43,24 @@ bool fused_affine_coupling_applies(const QKCouplingImpl& coupling, const at::Ten
 //
 // The attention's next steps can run in the same kernel, in its order:
 // - qk_norm: RMSNorm of q and of k with these weights (cqk::RMSNormImpl's
-//   formula; [head_dim] float32 on q's device, see fused_qk_norm_applies),
+//   formula; [head_dim] float32 on q's device, see cuda_qk_norm_applies),
 //   differentiable with respect to them too. The kernel then also keeps the
 //   coupling's own outputs for the backward (the norm cannot be undone): the
 //   activation memory the ATen RMSNorm would keep.
 // - rope_base: RoPE (cqk::apply_rope's rotation, positions 0 .. time-1); the
 //   backward rotates back what it reads.
-struct FusedQKNorm {
+struct CudaQKNorm {
   at::Tensor q_weight, k_weight;
   double eps = 1e-5;
 };
-std::pair<at::Tensor, at::Tensor> fused_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
+std::pair<at::Tensor, at::Tensor> cuda_affine_coupling(const QKCouplingImpl& coupling, const at::Tensor& q,
                                                         const at::Tensor& k,
                                                         std::optional<double> rope_base = std::nullopt,
-                                                        const std::optional<FusedQKNorm>& qk_norm = std::nullopt);
+                                                        const std::optional<CudaQKNorm>& qk_norm = std::nullopt);
 
-// Whether fused_affine_coupling can take these QK-norm weights for q: float32,
+// Whether cuda_affine_coupling can take these QK-norm weights for q: float32,
 // contiguous, [q's head_dim], on q's device.
-bool fused_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q);
+bool cuda_qk_norm_applies(const at::Tensor& q_weight, const at::Tensor& k_weight, const at::Tensor& q);
 
 // Lower level, no autograd (the GPU tests use these to poison the outputs).
 // weights: per step w1, b1, w2, b2 (float32, contiguous, the layout of
