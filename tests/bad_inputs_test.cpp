@@ -21,6 +21,7 @@
 
 #include "cqk/coupling_options.h"
 #include "cqk/token_file.h"
+#include "kind_choices.h"
 #include "temp_dir.h"
 #include "test_io.h"
 
@@ -30,6 +31,7 @@
 // backtrace and nothing written to disk.
 namespace {
 
+using cqk::testing::choices;
 using cqk::testing::CommandResult;
 using cqk::testing::folder_entries;
 using cqk::testing::read_file;
@@ -83,13 +85,6 @@ std::vector<Case> load_cases() {
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) text.replace(at, from.size(), to);
   return text;
-}
-
-// "none|affine|...": the coupling kinds as the config loader lists them, from the kind table.
-std::string coupling_kind_choices() {
-  std::string choices;
-  for (const auto& name : cqk::coupling_kind_names()) choices += (choices.empty() ? "" : "|") + name;
-  return choices;
 }
 
 // Runs `cqk ARGS` (through the shell, so ARGS may quote) in `cwd`, one torch thread.
@@ -320,7 +315,7 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
   const std::string& error = lines.back();
   EXPECT_EQ(error.rfind("cqk: error: ", 0), 0u) << shown;
   for (const auto& expected : c.expect) {
-    const std::string fragment = replace_all(expected, "{coupling_kinds}", coupling_kind_choices());
+    const std::string fragment = replace_all(expected, "{coupling_kinds}", choices(cqk::coupling_kind_names()));
     EXPECT_NE(error.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << error;
   }
 

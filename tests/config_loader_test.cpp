@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cqk/config_loader.h"
+#include "kind_choices.h"
 
 namespace {
 
@@ -41,12 +42,7 @@ class ConfigFiles : public ::testing::Test {
   fs::path dir_;
 };
 
-// A kind table's names as messages list them: "a|b|c".
-std::string choices(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : "|") + name;
-  return text;
-}
+using cqk::testing::choices;
 
 // The message of the ConfigError that `fn` throws ("" and a failure if none).
 std::string error_of(const std::function<void()>& fn) {
