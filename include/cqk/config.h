@@ -3,7 +3,8 @@
 // (`inherit:` for a base file, `--set key.path=value` overrides) and written
 // back fully resolved into the run directory. Every field but the attention's
 // shape is a YAML key of the same name under its section
-// (model.attention.coupling.kind, train.lr, ...); kinds are enums, named in the config by their kind tables. Torch-free.
+// (model.attention.coupling.kind, train.lr, ...); kinds are enums, named in the
+// config by their kind tables. Torch-free.
 // The defaults are configs/default.yaml's values, whose comments say why;
 // ConfigLoader.StructDefaultsAreTheEmbeddedDefault checks every field.
 #include <cstdint>

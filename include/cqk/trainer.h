@@ -1,7 +1,8 @@
 #pragma once
 // The training loop behind `cqk train`: AdamW with decoupled weight decay,
 // warmup + cosine/WSD schedule, accumulation, periodic evaluation, atomic
-// checkpoints and exact resume (the step, its optimizer and clipping: train_step.h). See docs/ARCHITECTURE.md for a step's data flow.
+// checkpoints and exact resume (the step, its optimizer and clipping:
+// train_step.h). See docs/ARCHITECTURE.md for a step's data flow.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -82,7 +82,7 @@ kn::AfterCoupling after_coupling(const fused::AfterCoupling& after, const at::Te
   if (!kernel_arguments::is_channel_vector(after.q_norm_weight, head_dim, like.device()) ||
       !kernel_arguments::is_channel_vector(after.k_norm_weight, head_dim, like.device()))
     fail("QK-norm weights must be contiguous float32 [" + std::to_string(head_dim) +
-                  "] tensors on the inputs' device, for both q and k");
+         "] tensors on the inputs' device, for both q and k");
   out.norm = {after.q_norm_weight.data_ptr<float>(), after.k_norm_weight.data_ptr<float>(),
               static_cast<float>(after.norm_eps)};
   if (forward && (after.q_coupled.defined() || after.k_coupled.defined())) {
