@@ -37,20 +37,18 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // --- the key table ------------------------------------------------------------
 
-// A key's constraint: a numeric range (ends closed unless marked open) or a set
-// of allowed strings. The default allows everything (doubles must be finite).
+// A number's allowed range (ends closed unless marked open). The default
+// allows everything (doubles must be finite). An enum's names are its rule.
 struct Rule {
   double lo = -kInf;
   double hi = kInf;
   bool hi_open = false;
   bool lo_open = false;
-  std::vector<std::string> choices;
 };
 
-Rule at_least(double lo) { return Rule{lo, kInf, false, false, {}}; }
-Rule above(double lo) { return Rule{lo, kInf, false, true, {}}; }
-Rule within(double lo, double hi, bool hi_open = false) { return Rule{lo, hi, hi_open, false, {}}; }
-Rule one_of(std::vector<std::string> choices) { return Rule{-kInf, kInf, false, false, std::move(choices)}; }
+Rule at_least(double lo) { return Rule{lo, kInf, false, false}; }
+Rule above(double lo) { return Rule{lo, kInf, false, true}; }
+Rule within(double lo, double hi, bool hi_open = false) { return Rule{lo, hi, hi_open, false}; }
 
 // An enum's value by its config name; the names are in enum order (kind_table.h).
 struct Choice {
@@ -119,7 +117,7 @@ std::vector<Field> describe(ModelConfig& c) {
           key("layers", c.layers, at_least(1)),
           key("heads", c.heads, at_least(1)),
           key("kv_heads", c.kv_heads, at_least(0)),
-          key("mlp", c.mlp, one_of({"gelu", "swiglu"})),
+          key("mlp", c.mlp, kind_names<kMlpKindNames>()),
           key("mlp_hidden", c.mlp_hidden, at_least(0)),
           key("rope_base", c.rope_base, above(0)),
           key("init_std", c.init_std, above(0)),
@@ -134,7 +132,7 @@ std::vector<Field> describe(RecallConfig& c) {
 }
 
 std::vector<Field> describe(DataConfig& c) {
-  return {key("kind", c.kind, one_of({"recall", "tokens"})),
+  return {key("kind", c.kind, kind_names<kDataKindNames>()),
           key("dir", c.dir),
           key("seq_len", c.seq_len, at_least(2)),
           key("batch_size", c.batch_size, at_least(1)),
@@ -148,7 +146,7 @@ std::vector<Field> describe(TrainConfig& c) {
           key("lr", c.lr, above(0)),
           key("min_lr_ratio", c.min_lr_ratio, within(0, 1)),
           key("warmup_steps", c.warmup_steps, at_least(0)),
-          key("schedule", c.schedule, one_of({"cosine", "wsd", "constant"})),
+          key("schedule", c.schedule, kind_names<kLrScheduleNames>()),
           key("decay_fraction", c.decay_fraction, within(0, 1)),
           key("weight_decay", c.weight_decay, at_least(0)),
           key("beta1", c.beta1, within(0, 1, /*hi_open=*/true)),
@@ -165,8 +163,8 @@ std::vector<Field> describe(TrainConfig& c) {
           key("log_every", c.log_every, at_least(1)),
           key("checkpoint_every", c.checkpoint_every, at_least(1)),
           key("keep_checkpoints", c.keep_checkpoints, at_least(1)),
-          key("device", c.device, one_of({"auto", "cpu", "cuda"})),
-          key("dtype", c.dtype, one_of({"auto", "fp32", "bf16"})),
+          key("device", c.device, kind_names<kDeviceChoiceNames>()),
+          key("dtype", c.dtype, kind_names<kPrecisionNames>()),
           key("sdpa_backend", c.sdpa_backend, sdpa_backend_names()),
           key("threads", c.threads, at_least(0))};
 }
@@ -396,10 +394,6 @@ std::string range_text(const Rule& r) {
 // What is wrong with a leaf's current value under its rule, or "".
 std::string violation(const Field& f) {
   const Rule& r = f.rule;
-  if (auto* s = std::get_if<std::string*>(&f.leaf)) {
-    if (r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), **s) != r.choices.end()) return {};
-    return "expected one of " + join_names(r.choices) + ", got " + quote(**s);
-  }
   double v = 0;
   if (auto* p = std::get_if<int64_t*>(&f.leaf)) v = static_cast<double>(**p);
   else if (auto* q = std::get_if<double*>(&f.leaf)) v = **q;
@@ -534,10 +528,10 @@ void check_relations(const Config& c, const Origin& origin) {
   if (const auto problem = model_shape_problem(m)) origin.fail(problem->key, problem->what);
 
   const DataConfig& d = c.data;
-  require(d.kind != "tokens" || !d.dir.empty(), "data.dir", "required when data.kind is tokens");
+  require(d.kind != DataKind::Tokens || !d.dir.empty(), "data.dir", "required when data.kind is tokens");
   require(d.eval_stride <= d.seq_len, "data.eval_stride",
           "must be at most data.seq_len (" + n(d.seq_len) + "), got " + n(d.eval_stride));
-  if (d.kind == "recall") {
+  if (d.kind == DataKind::Recall) {
     require(d.recall.pairs <= (d.seq_len - 2) / 2, "data.recall.pairs",
             "2 * pairs + 2 must fit in data.seq_len (" + n(d.seq_len) + "), got " + n(d.recall.pairs));
     require(d.recall.pairs <= d.recall.vocab_size / 2, "data.recall.pairs",

@@ -76,7 +76,7 @@ TEST(ConfigLoader, EmptyDocumentGivesStructDefaults) {
 TEST(ConfigLoader, EmbeddedDefaultParsesAndValidates) {
   const cqk::Config c = cqk::default_config();
   EXPECT_NO_THROW(cqk::validate(c));
-  EXPECT_EQ(c.data.kind, "recall");
+  EXPECT_EQ(cqk::to_string(c.data.kind), "recall");
   EXPECT_EQ(cqk::to_string(c.model.attention.kind()), "vanilla");
   EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), "affine");
   // The embedded text is configs/default.yaml as it is in the source tree.
@@ -311,6 +311,18 @@ TEST(ConfigLoader, ConfigValidateCatchesInconsistentValues) {
   // An unknown kind cannot be held by a Config (an enum): loading refuses it.
   EXPECT_HAS(error_of([] { cqk::default_config({"model.attention.kind=flash"}); }),
              "model.attention.kind: expected one of " + choices(cqk::attention_kind_names()) + ", got 'flash'");
+  for (const auto& [key, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"model.mlp", cqk::kind_names<cqk::kMlpKindNames>()},
+           {"data.kind", cqk::kind_names<cqk::kDataKindNames>()},
+           {"train.schedule", cqk::kind_names<cqk::kLrScheduleNames>()},
+           {"train.device", cqk::kind_names<cqk::kDeviceChoiceNames>()},
+           {"train.dtype", cqk::kind_names<cqk::kPrecisionNames>()}}) {
+    EXPECT_EQ(error_of([&] { cqk::default_config({key + "=relu"}); }),
+              "--set: " + key + ": expected one of " + choices(names) + ", got 'relu'");
+    for (const auto& name : names)  // every name loads and is written back as itself
+      EXPECT_HAS(cqk::to_yaml(cqk::default_config({key + "=" + name, "data.dir=d"})),
+                 key.substr(key.find('.') + 1) + ": \"" + name + "\"");
+  }
   EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta().key_kernel() = 10; }),
              "model.attention.mta.key_kernel: must be odd");
   EXPECT_HAS(validate_error([](cqk::Config& c) { c.model.attention.mta().query_kernel() = 0; }),
@@ -327,7 +339,7 @@ TEST(ConfigLoader, ConfigValidateCatchesInconsistentValues) {
                c.model.width = 64;
              }),
              "model.heads: diff attention needs an even head count, got 1");
-  EXPECT_HAS(validate_error([](cqk::Config& c) { c.data.kind = "tokens"; }), "data.dir: required");
+  EXPECT_HAS(validate_error([](cqk::Config& c) { c.data.kind = cqk::DataKind::Tokens; }), "data.dir: required");
   EXPECT_HAS(validate_error([](cqk::Config& c) { c.train.warmup_steps = -1; }), "train.warmup_steps");
   EXPECT_HAS(validate_error([](cqk::Config& c) { c.data.recall.pairs = 40; }), "data.recall.pairs");
   EXPECT_HAS(validate_error([](cqk::Config& c) { c.run.name = ""; }), "run.name");

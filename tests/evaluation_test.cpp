@@ -72,7 +72,7 @@ double sum(const std::vector<double>& values) {
 
 cqk::DataConfig token_data(const std::string& dir, int64_t seq_len, int64_t batch_size) {
   cqk::DataConfig data;
-  data.kind = "tokens";
+  data.kind = cqk::DataKind::Tokens;
   data.dir = dir;
   data.seq_len = seq_len;
   data.batch_size = batch_size;

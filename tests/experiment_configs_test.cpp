@@ -95,9 +95,9 @@ TEST(ExperimentConfigs, EveryFileIsWithinFivePercentOfItsScale) {
     EXPECT_NEAR(static_cast<double>(params) / f.scale, 1.0, 0.05) << params << " parameters";
     EXPECT_EQ(f.config.model.vocab_size, 32000);
     EXPECT_EQ(f.config.model.width / f.config.model.heads, 64) << "head size";
-    EXPECT_EQ(f.config.data.kind, "tokens");
+    EXPECT_EQ(f.config.data.kind, cqk::DataKind::Tokens);
     EXPECT_EQ(f.config.data.dir, "data/wikitext-103/tokens");
-    EXPECT_EQ(f.config.train.device, "auto");
+    EXPECT_EQ(f.config.train.device, cqk::DeviceChoice::Auto);
   }
 }
 

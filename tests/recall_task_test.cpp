@@ -15,7 +15,7 @@ namespace {
 
 cqk::DataConfig recall_config(int64_t seq_len = 64, int64_t pairs = 8, int64_t batch = 16) {
   cqk::DataConfig config;
-  config.kind = "recall";
+  config.kind = cqk::DataKind::Recall;
   config.seq_len = seq_len;
   config.batch_size = batch;
   config.recall.vocab_size = 128;

@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
 #include "cqk/config.h"
@@ -12,7 +11,7 @@ namespace {
 
 cqk::TrainConfig schedule(const std::string& kind, int64_t steps = 100, int64_t warmup = 10) {
   cqk::TrainConfig train;
-  train.schedule = kind;
+  train.schedule = cqk::parse_kind(cqk::kLrScheduleNames, kind, "train.schedule");
   train.steps = steps;
   train.warmup_steps = warmup;
   train.lr = 3e-3;
@@ -76,18 +75,6 @@ TEST(Schedule, ConstantStaysAtThePeak) {
   for (int64_t step = 5; step < 50; ++step) EXPECT_DOUBLE_EQ(cqk::learning_rate(train, step), train.lr);
   const auto no_warmup = schedule("constant", 50, 0);
   EXPECT_DOUBLE_EQ(cqk::learning_rate(no_warmup, 0), no_warmup.lr);
-}
-
-TEST(Schedule, UnknownScheduleThrows) {
-  const auto train = schedule("linear", 100, 10);
-  try {
-    cqk::learning_rate(train, 50);
-    FAIL() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("train.schedule"), std::string::npos) << message;
-    EXPECT_NE(message.find("'linear'"), std::string::npos) << message;
-  }
 }
 
 }  // namespace

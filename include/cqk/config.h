@@ -13,9 +13,35 @@
 
 #include "cqk/attention_options.h"
 #include "cqk/coupling_options.h"
+#include "cqk/kind_table.h"
 #include "cqk/sdpa_backend.h"
 
 namespace cqk {
+
+// The config's own kinds; a module's kinds sit with its options
+// (coupling_options.h, attention_options.h, sdpa_backend.h).
+enum class MlpKind { Gelu, SwiGlu };
+inline const KindTable<MlpKind, 2> kMlpKindNames = {{MlpKind::Gelu, "gelu"}, {MlpKind::SwiGlu, "swiglu"}};
+inline std::string to_string(MlpKind kind) { return kind_name(kMlpKindNames, kind); }
+
+enum class DataKind {
+  Recall,  // the associative-recall task, generated in memory
+  Tokens,  // token files from `cqk data encode`
+};
+inline const KindTable<DataKind, 2> kDataKindNames = {{DataKind::Recall, "recall"}, {DataKind::Tokens, "tokens"}};
+inline std::string to_string(DataKind kind) { return kind_name(kDataKindNames, kind); }
+
+enum class LrSchedule { Cosine, WarmupStableDecay, Constant };  // all after a linear warmup (schedule.h)
+inline const KindTable<LrSchedule, 3> kLrScheduleNames = {
+    {LrSchedule::Cosine, "cosine"}, {LrSchedule::WarmupStableDecay, "wsd"}, {LrSchedule::Constant, "constant"}};
+
+enum class DeviceChoice { Auto, Cpu, Cuda };  // auto: a GPU when one is visible (device.h)
+inline const KindTable<DeviceChoice, 3> kDeviceChoiceNames = {
+    {DeviceChoice::Auto, "auto"}, {DeviceChoice::Cpu, "cpu"}, {DeviceChoice::Cuda, "cuda"}};
+
+enum class Precision { Auto, Fp32, Bf16 };  // auto: bf16 autocast on CUDA, fp32 on the CPU
+inline const KindTable<Precision, 3> kPrecisionNames = {
+    {Precision::Auto, "auto"}, {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}};
 
 struct ModelConfig {
   int64_t vocab_size = 0;             // 0: taken from the data
@@ -23,7 +49,7 @@ struct ModelConfig {
   int64_t layers = 2;
   int64_t heads = 4;
   int64_t kv_heads = 0;               // 0: same as heads
-  std::string mlp = "swiglu";         // gelu | swiglu
+  MlpKind mlp = MlpKind::SwiGlu;      // gelu | swiglu
   int64_t mlp_hidden = 0;             // 0: 4*width (gelu) or 8/3*width rounded up to 64 (swiglu)
   double rope_base = 10000.0;
   double init_std = 0.02;
@@ -42,7 +68,7 @@ struct RecallConfig {
 };
 
 struct DataConfig {
-  std::string kind = "recall";        // recall (generated, no download) | tokens (files from `cqk data encode`)
+  DataKind kind = DataKind::Recall;   // recall (generated, no download) | tokens (files from `cqk data encode`)
   std::string dir;                    // tokens: folder with train.bin, valid.bin, test.bin
   int64_t seq_len = 32;
   int64_t batch_size = 64;            // global batch in sequences (per step, before accumulation)
@@ -56,7 +82,7 @@ struct TrainConfig {
   double lr = 1e-3;                   // 3e-3 stalls recall at ~25% accuracy
   double min_lr_ratio = 0.1;          // final lr = lr * min_lr_ratio
   int64_t warmup_steps = 30;
-  std::string schedule = "cosine";    // cosine | wsd | constant
+  LrSchedule schedule = LrSchedule::Cosine;  // cosine | wsd | constant
   double decay_fraction = 0.2;        // wsd: last fraction of steps that decays
   double weight_decay = 0.1;
   double beta1 = 0.9;
@@ -73,8 +99,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t checkpoint_every = 100;
   int64_t keep_checkpoints = 2;
-  std::string device = "auto";        // auto | cpu | cuda
-  std::string dtype = "auto";         // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+  DeviceChoice device = DeviceChoice::Auto;  // auto | cpu | cuda
+  Precision dtype = Precision::Auto;  // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
   SdpaBackend sdpa_backend = SdpaBackend::Auto;  // auto | cudnn | flash | efficient | math (sdpa_backend.h)
   int64_t threads = 0;                // 0: all available cores
 };

@@ -9,10 +9,10 @@
 
 namespace cqk {
 
-// "auto" (a GPU when one is visible, else the CPU), "cpu" or "cuda" (GPU 0).
-// Throws std::invalid_argument naming `setting` (e.g. "train.device") for
-// other names and for cuda without a visible GPU.
-c10::Device choose_device(const std::string& name, const std::string& setting = "train.device");
+// auto: a GPU when one is visible, else the CPU; cuda: GPU 0. Throws
+// std::invalid_argument naming `setting` (e.g. "train.device") for cuda
+// without a visible GPU.
+c10::Device choose_device(DeviceChoice choice, const std::string& setting = "train.device");
 
 // Whether the forward pass runs under bf16 autocast: train.dtype bf16, or auto on a GPU.
 bool use_bf16(const TrainConfig& train, const c10::Device& device);

@@ -112,7 +112,7 @@ DataBenchResult benchmark_data(const DataBenchOptions& options) {
   r.encode_bytes_per_s = static_cast<double>(r.encode.bytes) / encode_seconds;
 
   DataConfig data;
-  data.kind = "tokens";
+  data.kind = DataKind::Tokens;
   data.dir = tokens_dir;
   data.seq_len = options.seq_len;
   data.batch_size = options.batch_size;

@@ -27,8 +27,8 @@ namespace {
 // model's ids would mean other text).
 std::unique_ptr<BatchSource> evaluation_folder(const Config& config, const std::string& dir,
                                                const BatchSource& training) {
-  if (config.data.kind != "tokens")
-    throw std::runtime_error("--data " + dir + ": the run trained on data.kind " + config.data.kind +
+  if (config.data.kind != DataKind::Tokens)
+    throw std::runtime_error("--data " + dir + ": the run trained on data.kind " + to_string(config.data.kind) +
                              ", not on token files");
   DataConfig data = config.data;
   data.dir = dir;
@@ -61,7 +61,7 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--batches", args->batches, "Evaluate at most this many batches (default 0: the whole split)")
       ->check(CLI::NonNegativeNumber);
   eval->add_option("--device", args->device, "auto|cpu|cuda (default: the run's train.device)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->check(CLI::IsMember(kind_names<kDeviceChoiceNames>()));
   eval->add_option("--data", args->data,
                    "Evaluate on this token folder instead of the run's data.dir. It must be encoded with the run's "
                    "tokenizer (`cqk data encode --tokenizer RUN_DATA/tokenizer.model`; a single text file as --input "

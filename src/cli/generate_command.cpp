@@ -104,7 +104,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   generate->add_option("--seed", args->seed, "Seed of the sampler");
   generate->add_option("--device", args->device, "auto|cpu|cuda (default: the run's train.device)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->check(CLI::IsMember(kind_names<kDeviceChoiceNames>()));
   generate->callback([args] {
     auto trained = load_trained_model(args->target, args->device);
     auto& model = trained.model;

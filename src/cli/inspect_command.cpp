@@ -38,10 +38,10 @@ namespace fs = std::filesystem;
 void resolve_vocab_size(Config& config) {
   int64_t data_vocab = 0;
   std::string data_source;
-  if (config.data.kind == "recall") {
+  if (config.data.kind == DataKind::Recall) {
     data_vocab = config.data.recall.vocab_size;
     data_source = "data.recall.vocab_size";
-  } else if (config.data.kind == "tokens") {
+  } else {
     const auto train_file = (fs::path(config.data.dir) / "train.bin").string();
     if (fs::exists(train_file)) {
       data_vocab = TokenFile(train_file).vocab_size();
@@ -100,9 +100,9 @@ void print_summary(const Config& config, const std::string& source) {
   std::cout << "config: " << source << "\n";
   std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling())
             << " | layers " << m.layers << " | width " << m.width << " | heads " << m.heads << " (kv " << kv_heads
-            << ") | head dim " << m.width / m.heads << " | mlp " << m.mlp << " " << mlp_hidden << " | vocab "
+            << ") | head dim " << m.width / m.heads << " | mlp " << to_string(m.mlp) << " " << mlp_hidden << " | vocab "
             << m.vocab_size << "\n";
-  std::cout << "data: " << config.data.kind << " | seq_len " << config.data.seq_len << " | batch "
+  std::cout << "data: " << to_string(config.data.kind) << " | seq_len " << config.data.seq_len << " | batch "
             << config.data.batch_size << "\n";
   std::cout << counts.describe() << "\n";
   std::cout << "params: " << millions(counts.total()) << " (" << counts.total() << ")\n";

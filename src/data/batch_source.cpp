@@ -17,9 +17,8 @@ std::string split_name(Split split) {
 }
 
 std::unique_ptr<BatchSource> make_batch_source(const DataConfig& config, int64_t seed, int rank, int world_size) {
-  if (config.kind == "recall") return std::make_unique<RecallTask>(config, seed, rank, world_size);
-  if (config.kind == "tokens") return std::make_unique<TokenBatchSource>(config, seed, rank, world_size);
-  throw std::invalid_argument("data.kind: unknown kind '" + config.kind + "' (expected recall or tokens)");
+  if (config.kind == DataKind::Recall) return std::make_unique<RecallTask>(config, seed, rank, world_size);
+  return std::make_unique<TokenBatchSource>(config, seed, rank, world_size);
 }
 
 }  // namespace cqk

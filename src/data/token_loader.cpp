@@ -341,7 +341,7 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
 }
 
 std::optional<std::string> data_tokenizer_path(const DataConfig& data) {
-  if (data.kind != "tokens") return std::nullopt;
+  if (data.kind != DataKind::Tokens) return std::nullopt;
   const auto path = (fs::path(data.dir) / "tokenizer.model").string();
   const TokenFile train = open_split(data.dir, "train");
   if (!fs::exists(path))

@@ -43,7 +43,7 @@ nlohmann::json hf_config(const Config& config, bool with_tokenizer,
   json["cqk_source"] = {{"run_dir", fs::absolute(source.run_dir).string()},
                         {"checkpoint", fs::absolute(source.checkpoint).string()},
                         {"step", source.step},
-                        {"data_kind", config.data.kind}};
+                        {"data_kind", to_string(config.data.kind)}};
   return json;
 }
 

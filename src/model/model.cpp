@@ -29,18 +29,16 @@ at::Tensor MLPImpl::forward(const at::Tensor& x) {
 
 int64_t mlp_hidden_size(const ModelConfig& config) {
   if (config.mlp_hidden > 0) return config.mlp_hidden;
-  if (config.mlp == "gelu") return 4 * config.width;
+  if (config.mlp == MlpKind::Gelu) return 4 * config.width;
   // SwiGLU keeps the parameter count of a 4x GELU MLP with 2/3 of the width, rounded up to 64.
   return (8 * config.width / 3 + 63) / 64 * 64;
 }
 
 BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer) {
-  if (config.mlp != "gelu" && config.mlp != "swiglu")
-    throw std::invalid_argument("model.mlp: expected gelu|swiglu, got '" + config.mlp + "'");
   attention_norm = register_module("attention_norm", RMSNorm(config.width, config.norm_eps));
   attention = register_module("attention", Attention(attention_options(config, layer)));
   mlp_norm = register_module("mlp_norm", RMSNorm(config.width, config.norm_eps));
-  mlp = register_module("mlp", MLP(config.width, mlp_hidden_size(config), config.mlp == "swiglu"));
+  mlp = register_module("mlp", MLP(config.width, mlp_hidden_size(config), config.mlp == MlpKind::SwiGlu));
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x) {

@@ -18,12 +18,11 @@ void require(bool ok, const std::string& message) {
 ParameterBreakdown parameter_breakdown(const ModelConfig& config) {
   require(config.vocab_size >= 2, "model.vocab_size must be at least 2 (0 means 'from the data': set it to count)");
   require(config.layers >= 1, "model.layers must be at least 1");
-  require(config.mlp == "gelu" || config.mlp == "swiglu", "model.mlp: expected gelu|swiglu, got '" + config.mlp + "'");
   require(config.attention.kind() != AttentionKind::MultiToken || config.attention.mta().every() >= 1,
           "model.attention.mta.every must be at least 1");
   ParameterBreakdown counts;
   counts.embedding = config.vocab_size * config.width;  // tied with the output head
-  const int64_t mlp = (config.mlp == "swiglu" ? 3 : 2) * config.width * mlp_hidden_size(config);
+  const int64_t mlp = (config.mlp == MlpKind::SwiGlu ? 3 : 2) * config.width * mlp_hidden_size(config);
   for (int64_t layer = 0; layer < config.layers; ++layer) {
     const auto attention = attention_parameter_count(attention_options(config, layer));
     counts.attention += attention.attention;

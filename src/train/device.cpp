@@ -7,19 +7,15 @@
 
 namespace cqk {
 
-c10::Device choose_device(const std::string& name, const std::string& setting) {
+c10::Device choose_device(DeviceChoice choice, const std::string& setting) {
   const bool cuda = torch::cuda::is_available();
-  if (name == "cuda" && !cuda) throw std::invalid_argument(setting + ": cuda requested but no GPU is visible");
-  if (name == "cpu" || (name == "auto" && !cuda)) return c10::Device(c10::kCPU);
-  if (name == "cuda" || name == "auto") return c10::Device(c10::kCUDA, 0);
-  throw std::invalid_argument(setting + ": expected auto|cpu|cuda, got '" + name + "'");
+  if (choice == DeviceChoice::Cuda && !cuda) throw std::invalid_argument(setting + ": cuda requested but no GPU is visible");
+  if (choice == DeviceChoice::Cpu || !cuda) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, 0);
 }
 
 bool use_bf16(const TrainConfig& train, const c10::Device& device) {
-  if (train.dtype == "auto") return device.is_cuda();
-  if (train.dtype == "bf16") return true;
-  if (train.dtype == "fp32") return false;
-  throw std::invalid_argument("train.dtype: expected auto|fp32|bf16, got '" + train.dtype + "'");
+  return train.dtype == Precision::Bf16 || (train.dtype == Precision::Auto && device.is_cuda());
 }
 
 AutocastScope::AutocastScope(const c10::Device& device, bool enabled) : type_(device.type()), enabled_(enabled) {

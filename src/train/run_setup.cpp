@@ -26,7 +26,7 @@ RunSetup set_up_run(const Config& config, int rank, int world_size) {
   setup.source = make_batch_source(setup.config.data, setup.config.run.seed, rank, world_size);
   const auto& data = setup.config.data;
   take_vocab_size_from_data(setup.config.model, setup.source->vocab_size(),
-                            data.kind == "recall" ? "data.recall.vocab_size"
+                            data.kind == DataKind::Recall ? "data.recall.vocab_size"
                                                   : (std::filesystem::path(data.dir) / "train.bin").string());
   return setup;
 }

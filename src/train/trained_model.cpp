@@ -41,7 +41,8 @@ TrainedModel load_trained_model(const std::string& target, const std::string& de
     throw std::runtime_error(run_dir + "/config.yaml: model.vocab_size is not resolved (" +
                              std::to_string(config.model.vocab_size) + ")");
   configure_threads(static_cast<int>(config.train.threads));
-  const auto device = device_name.empty() ? choose_device(config.train.device) : choose_device(device_name, "--device");
+  const auto device = device_name.empty() ? choose_device(config.train.device)
+                                           : choose_device(parse_kind(kDeviceChoiceNames, device_name, "--device"), "--device");
   const std::string hash = stored_config_hash(run_dir);
 
   trained.model = TransformerLM(config.model);
