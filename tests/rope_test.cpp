@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cqk/rope.h"
+#include "ops/rope_kernel.h"
 #include "simd/rope_cpu.h"
 #include "tools/tensor_compare.h"
 
@@ -81,6 +82,9 @@ TEST(FusedRope, CudaKernelMatchesFloat64ForwardAndBackward) {
   at::manual_seed(8);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const auto x = at::randn({2, 130, 4, 64}, cuda).transpose(1, 2), grad = at::randn({2, 4, 130, 64}, cuda);
+  // Else apply_rope takes the ATen ops and this compares ATen with itself.
+  ASSERT_TRUE(cqk::ops::rope_kernel_applies(x)) << "the CUDA RoPE kernel is not compiled in or refuses the shape";
+  ASSERT_TRUE(cqk::ops::rope_kernel_applies(x.to(at::kBFloat16)));
   const auto want = rope(x.to(at::kDouble), grad, 0);
   const auto fp32 = rope(x, grad, 0);
   EXPECT_LT(max_relative_error(fp32.y, want.y), 1e-6);
