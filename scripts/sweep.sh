@@ -214,6 +214,10 @@ next_job() {
 
 worker() {  # SLOT (a GPU index, or "" for the CPU)
   local slot="$1" i config tag seed dir action rc outcome where
+  # A SIGTERM to the whole process group (kill -- -PGID, a batch system's cancel) reaches the
+  # workers too: take no new job, and still wait for the running training to checkpoint and
+  # exit, so that its outcome is counted.
+  trap 'touch "$state/stop"' TERM
   where="$([[ -n "$slot" ]] && echo "GPU $slot" || echo CPU)"
   while [[ ! -e "$state/stop" ]]; do
     i="$(next_job)"
@@ -247,6 +251,8 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     echo "$pid" >"$state/running.$BASHPID"
     wait "$pid"
     rc=$?
+    # A trapped signal ends `wait` early (status 128+N); the training's own status comes after.
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done
     rm -f "$state/running.$BASHPID"
     if [[ $rc -eq 0 && -f "$dir/results.json" ]]; then outcome=finished
     elif [[ $rc -eq 0 ]]; then outcome=paused

@@ -271,6 +271,36 @@ TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
   EXPECT_EQ(read_file(seed1 / "sweep.log"), log1) << "a finished run was started again";
 }
 
+// SIGTERM to the sweep's whole process group, as `kill -- -PGID` or a batch
+// system's cancel sends it: the workers get it too, and must still wait for the
+// training, which checkpoints, and count it as interrupted (they used to die
+// first and report it "not started"). A rerun resumes it.
+TEST(Sweep, ATermToTheProcessGroupCountsTheRunningTrainingAsInterrupted) {
+  cqk::testing::TempDir tmp("cqk-sweep-term");
+  fs::create_directories(tmp / "tiny");
+  const std::string config = tmp / "tiny/long.yaml";
+  std::ofstream(config) << tiny_sweep_config("sweep-long", 1000000, 1000000);
+  const std::string out = tmp / "sweep";
+  const fs::path run = fs::path(out) / "tiny-long" / "seed1";
+  // setsid: the sweep leads a process group of its own (its workers and trainings inherit it).
+  const std::string script =
+      "setsid bash -c " + shell_quote(sweep_command(tmp.path(), "1", out, shell_quote(config))) + " >" +
+      shell_quote(tmp / "sweep.out") + " 2>&1 & pid=$!\n" + "for i in $(seq 600); do grep -q '\"step\":2' " +
+      shell_quote((run / "metrics.jsonl").string()) + " 2>/dev/null && break; sleep 0.1; done\n" +
+      "kill -TERM -- -$pid\nwait $pid\necho \"sweep exit $?\"\n";
+  const auto r = run_command("bash -c " + shell_quote(script));
+  const std::string sweep_out = read_file(tmp / "sweep.out");
+  EXPECT_NE(r.out.find("sweep exit 1"), std::string::npos) << r.out << sweep_out;
+  EXPECT_NE(sweep_out.find("done: 0 finished, 0 already finished, 0 paused, 1 interrupted, 0 diverged, 0 failed, 0 "
+                           "not started"),
+            std::string::npos)
+      << sweep_out;
+  EXPECT_NE(read_file(run / "sweep.log").find("interrupted at step"), std::string::npos) << read_file(run / "sweep.log");
+  ASSERT_FALSE(fs::exists(run / "results.json"));
+  const auto dry = run_command(sweep_command(tmp.path(), "1", out, shell_quote(config)) + " --dry-run");
+  EXPECT_NE(dry.out.find("resume tiny-long seed 1"), std::string::npos) << dry.out;
+}
+
 // scripts/plot_runs.py on `runs` writes each of `pngs` into `folder` (skipped
 // without the Python that has matplotlib).
 void expect_plots(const std::string& runs, const std::string& folder, const std::vector<std::string>& pngs) {
