@@ -10,13 +10,6 @@
 
 namespace cqk::cli {
 
-int& exit_status() {
-  static int status = 0;
-  return status;
-}
-
-std::string one_line(const std::string& message) { return message.substr(0, message.find('\n')); }
-
 void add_train_command(CLI::App& app) {
   struct Arguments {
     std::string config_path;
