@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -165,6 +166,39 @@ TEST_F(EvalData, OtherTextIsEvaluatedAgainstTheRunsTrainingTargets) {
   EXPECT_EQ(text.out.rfind("test of " + tmp_ / "ood" + ": ppl ", 0), 0u) << text.out;
   EXPECT_NE(text.out.find(" | bpb "), std::string::npos) << text.out;
   EXPECT_NE(text.out.find(" | unseen loss "), std::string::npos) << text.out;
+}
+
+// --save keeps what --json prints in RUN/evals/NAME.json, and `cqk stats`
+// reads it as the run's NAME_* metrics.
+TEST_F(EvalData, SavedEvaluationsAreMetricsOfTheRun) {
+  write_file(tmp_ / "ood.txt", grammar_text({"quartz", "zebra", "river", "clock"}, 6, 40));
+  ASSERT_EQ(tool("data encode --input " + tmp_ / "ood.txt" + " --tokenizer " + tokens_ + "/tokenizer.model --out " +
+                 tmp_ / "ood")
+                .exit_code,
+            0);
+  const auto r = tool("eval " + run_ + " --data " + tmp_ / "ood" + " --split valid --save ood-1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto printed = json::parse(r.out);
+  const auto saved = json::parse(read_file(run_ + "/evals/ood-1.json"));
+  EXPECT_EQ(saved, printed);
+  EXPECT_EQ(saved["step"], json::parse(read_file(run_ + "/results.json"))["steps"]);
+
+  const auto stats = tool("stats " + run_ + " --metric ood-1_bpb");
+  ASSERT_EQ(stats.exit_code, 0) << stats.out << stats.err;
+  char bpb[32];
+  std::snprintf(bpb, sizeof bpb, " %.3f |", printed["bpb"].get<double>());
+  EXPECT_NE(stats.out.find("ood-1_bpb mean ± sd |"), std::string::npos) << stats.out;
+  EXPECT_NE(stats.out.find(bpb), std::string::npos) << stats.out;
+
+  // Names that are not a saved evaluation's are refused before anything is evaluated.
+  for (const std::string name : {"test", "Ood", "a_b", "../x"}) {
+    const auto bad = tool("eval " + run_ + " --data " + tmp_ / "ood" + " --save " + shell_quote(name));
+    EXPECT_EQ(bad.exit_code, 2) << name;
+    EXPECT_EQ(bad.out, "") << name;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+    EXPECT_NE(bad.err.find("evaluation name '" + name + "'"), std::string::npos) << bad.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(run_ + "/evals/test.json"));
 }
 
 TEST_F(EvalData, AFolderOfAnotherTokenizerIsRefused) {

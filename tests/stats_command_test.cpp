@@ -229,6 +229,64 @@ TEST_F(StatsCommand, ComparesBitsPerByteAndSeenLossFromTheSplitObjects) {
   EXPECT_EQ(std::count(missing.out.begin(), missing.out.end(), '\n'), 1) << missing.out;
 }
 
+// Evaluations saved by `cqk eval --save NAME` (RUN/evals/NAME.json) are
+// metrics NAME_MEASURE of the runs whose final step they evaluated; here an
+// out-of-domain bpb of valid_ppl / 5, so the tests' statistics are those of the
+// perplexities (as above) with the difference scaled.
+TEST_F(StatsCommand, ComparesEvaluationsSavedForTheFinalStep) {
+  write_sweep(true);
+  for (const std::string s : {"0", "1", "2"}) {  // vanilla-150m has no saved evaluation
+    for (const auto& run : {root_ / "sweep" / ("diff-150m-s" + s), root_ / "sweep" / "diff-affine-150m" / ("s" + s)}) {
+      const auto results = nlohmann::json::parse(read_file(run / "results.json"));
+      const double ppl = results["valid_ppl"].get<double>();
+      fs::create_directories(run / "evals");
+      std::ofstream(run / "evals" / "wt2.json")
+          << nlohmann::json{{"step", 100}, {"ppl", 2 * ppl}, {"bpb", ppl / 5}, {"seen", {{"loss", ppl / 50}}}}.dump();
+    }
+  }
+  const auto csv = root_ / "wt2.csv";
+  const auto r = run_tool(path(root_ / "sweep") + " --metric wt2_bpb --csv " + path(csv));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto row = csv_row(read_file(csv), "comparison,diff-affine-150m,diff-150m");
+  EXPECT_EQ(row.at("metric"), "wt2_bpb");
+  EXPECT_NEAR(number(row, "mean_diff"), -0.5333333333333314 / 5, 1e-9);
+  EXPECT_NEAR(number(row, "t"), -3.200000000000002, 1e-9);
+  EXPECT_NEAR(number(row, "df"), 3.9936102236421727, 1e-9);
+  EXPECT_NEAR(number(row, "p_one_sided"), 0.016487709422845283, 1e-10);
+  EXPECT_NEAR(number(csv_row(read_file(csv), "variant,diff-150m,,wt2_ppl"), "mean"), 42.4, 1e-9);
+  // Measure by measure, the run's own evaluations first.
+  EXPECT_NE(r.out.find("| variant | n | valid_ppl mean ± sd | test_ppl mean ± sd | wt2_ppl mean ± sd | valid_bpb mean "
+                       "± sd | test_bpb mean ± sd | wt2_bpb mean ± sd | valid_seen_loss"),
+            std::string::npos)
+      << r.out;
+
+  // An evaluation of an earlier checkpoint is left out, with a note; the comparison then names the run.
+  const auto stale = root_ / "sweep" / "diff-150m-s1" / "evals" / "wt2.json";
+  std::ofstream(stale) << R"({"step": 50, "bpb": 1.0})";
+  const auto left_out = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(left_out.exit_code, 0) << left_out.out;
+  EXPECT_NE(left_out.out.find("Note: not used: " + stale.string() + ": of step 50, not the run's final step 100"),
+            std::string::npos)
+      << left_out.out;
+  const auto missing = run_tool(path(root_ / "sweep") + " --metric wt2_bpb");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.out.find((root_ / "sweep" / "diff-150m-s1").string() + " has no wt2_bpb"), std::string::npos)
+      << missing.out;
+  EXPECT_NE(missing.out.find("--save wt2"), std::string::npos) << missing.out;
+  EXPECT_EQ(std::count(missing.out.begin(), missing.out.end(), '\n'), 1) << missing.out;
+
+  std::ofstream(stale) << R"({"step": 100, "bpb": "1.0"})";
+  const auto malformed = run_tool(path(root_ / "sweep"));
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.out.find(stale.string() + ": \"bpb\" must be a number, not string"), std::string::npos)
+      << malformed.out;
+
+  const auto bad_metric = run_tool(path(root_ / "sweep") + " --metric wt2_loss");
+  EXPECT_EQ(bad_metric.exit_code, 2);
+  EXPECT_NE(bad_metric.out.find("unknown metric 'wt2_loss'"), std::string::npos) << bad_metric.out;
+  EXPECT_EQ(std::count(bad_metric.out.begin(), bad_metric.out.end(), '\n'), 1) << bad_metric.out;
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");
@@ -261,8 +319,8 @@ TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
   EXPECT_EQ(run.name, "x");
   EXPECT_EQ(run.seed, 1);
   EXPECT_EQ(run.steps, 100);
-  EXPECT_EQ(sweep::metric_value(run, sweep::Metric::test_ppl), 21.0);
-  EXPECT_EQ(sweep::metric_value(run, sweep::Metric::valid_bpb), std::nullopt);
+  EXPECT_EQ(sweep::metric_value(run, "test_ppl"), 21.0);
+  EXPECT_EQ(sweep::metric_value(run, "valid_bpb"), std::nullopt);
   EXPECT_EQ(run.config_hash, "abc");
 
   std::ofstream(dir / "results.json") << R"({"name": "x", "seed": 1, "valid_ppl": "20", "test_ppl": 21})";
@@ -315,12 +373,20 @@ TEST(StatsSweep, AutomaticPairsNeedTheBaseToExist) {
   EXPECT_EQ(sweep::automatic_pairs(variants), expected);
 }
 
-TEST(StatsSweep, ParsesMetricNames) {
-  EXPECT_EQ(sweep::parse_metric("test_ppl"), sweep::Metric::test_ppl);
-  for (const auto metric : sweep::kMetrics) EXPECT_EQ(sweep::parse_metric(sweep::metric_name(metric)), metric);
-  EXPECT_STREQ(sweep::metric_name(sweep::Metric::valid_seen_loss), "valid_seen_loss");
-  EXPECT_STREQ(sweep::metric_name(sweep::Metric::test_word_ppl), "test_word_ppl");
-  EXPECT_THROW(sweep::parse_metric("loss"), std::invalid_argument);
+TEST(StatsSweep, ChecksMetricNames) {
+  for (const std::string metric : {"valid_ppl", "test_ppl", "valid_bpb", "test_bpb", "valid_word_ppl",
+                                   "test_word_ppl", "valid_seen_loss", "test_seen_loss", "wt2_bpb", "ood-2_seen_loss"}) {
+    EXPECT_NO_THROW(sweep::check_metric_name(metric)) << metric;
+  }
+  for (const std::string metric : {"loss", "valid_loss", "valid", "wt2", "_bpb", "wt2_", "Wt2_bpb", "-x_bpb",
+                                   "wt 2_bpb", "valid_bpb_x"}) {
+    EXPECT_THROW(sweep::check_metric_name(metric), std::invalid_argument) << metric;
+  }
+  EXPECT_NO_THROW(sweep::check_evaluation_name("wikitext-2"));
+  for (const std::string name : {"valid", "test", "", "-a", "a_b", "A", "a/b", "..", "a.b"}) {
+    EXPECT_THROW(sweep::check_evaluation_name(name), std::invalid_argument) << name;
+  }
+  EXPECT_EQ(sweep::saved_evaluation_path("runs/r", "wt2"), fs::path("runs/r/evals/wt2.json"));
 }
 
 }  // namespace

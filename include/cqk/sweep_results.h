@@ -21,24 +21,25 @@ namespace cqk::sweep {
 // pairs them by seed. Runs without it are compared unpaired.
 inline constexpr char kNameKeyedInitialisation[] = "name-keyed";
 
-// The metrics `cqk stats` can compare; lower is better for each. Named as in
-// metrics.jsonl: valid_ppl and test_ppl (results.json's top-level keys), then
-// from results.json's "valid"/"test" objects: bpb (text data), word_ppl (text
-// with word counts) and seen.loss (the loss over targets seen in training).
-enum class Metric { valid_ppl, test_ppl, valid_bpb, test_bpb, valid_word_ppl, test_word_ppl, valid_seen_loss, test_seen_loss };
-inline constexpr Metric kMetrics[] = {Metric::valid_ppl,      Metric::test_ppl,      Metric::valid_bpb,
-                                      Metric::test_bpb,       Metric::valid_word_ppl, Metric::test_word_ppl,
-                                      Metric::valid_seen_loss, Metric::test_seen_loss};
+// The metrics `cqk stats` can compare, named EVALUATION_MEASURE; lower is
+// better for each. EVALUATION is one of the run's final evaluations in
+// results.json (valid, test) or an evaluation saved with `cqk eval --save
+// NAME` (RUN/evals/NAME.json, e.g. out-of-domain text); MEASURE is ppl, bpb
+// (text data), word_ppl (text with word counts) or seen_loss (the loss over
+// targets seen in training): valid_ppl, test_bpb, wt2_seen_loss, ...
 
 struct RunResult {
   std::filesystem::path dir;
   std::string name;
   long long seed = 0;
   long long steps = 0;
-  std::map<Metric, double> metrics;  // those results.json holds; always valid_ppl and test_ppl
+  std::map<std::string, double> metrics;  // by metric name: always valid_ppl and test_ppl
   long long params = 0;
   std::string config_hash;
   std::string initialisation;  // kNameKeyedInitialisation, or empty for older runs
+  // Saved evaluations left out because they are not of the run's final step,
+  // each as "FILE: why".
+  std::vector<std::string> stale_evaluations;
 };
 
 struct SweepRuns {
@@ -46,12 +47,20 @@ struct SweepRuns {
   std::vector<std::filesystem::path> unfinished;  // run directories without results.json
 };
 
-// Reads `run_dir`/results.json. name, seed, valid_ppl and test_ppl are
-// required; steps, params, config_hash, initialisation and the other metrics
-// are optional.
+// Reads `run_dir`/results.json, then the evaluations saved in `run_dir`/evals/
+// (their metrics count when they evaluated the run's final step). name, seed,
+// valid_ppl and test_ppl are required; steps, params, config_hash,
+// initialisation and the other metrics are optional.
 // Throws std::runtime_error naming the file and the JSON error (or the field)
-// when it is malformed.
+// when one is malformed.
 RunResult read_run_result(const std::filesystem::path& run_dir);
+
+// Where `cqk eval --save NAME` keeps an evaluation: RUN/evals/NAME.json, the
+// checkpoint's "step" and evaluation_report.h's evaluation_json.
+std::filesystem::path saved_evaluation_path(const std::filesystem::path& run_dir, const std::string& name);
+// A saved evaluation's name: lowercase letters, digits and '-', starting with
+// a letter or digit, and not valid or test. std::invalid_argument otherwise.
+void check_evaluation_name(const std::string& name);
 
 // A directory is a run directory when it holds results.json or metrics.jsonl.
 // Each root is either a run directory or a folder whose run directories lie one
@@ -62,12 +71,20 @@ SweepRuns find_runs(const std::vector<std::filesystem::path>& roots);
 // Finished runs grouped by variant name (map order: sorted by name).
 std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs);
 
-// "valid_ppl", "test_bpb", ...: std::invalid_argument listing the names otherwise.
-Metric parse_metric(const std::string& name);
-const char* metric_name(Metric metric);
-std::optional<double> metric_value(const RunResult& run, Metric metric);
+// A metric's EVALUATION (the part before its first '_'), and whether that is
+// one of results.json's own (valid, test) rather than a saved evaluation.
+std::string metric_evaluation(const std::string& metric);
+bool is_run_evaluation(const std::string& evaluation);
+// EVALUATION_MEASURE with one of the measures above and an evaluation name
+// check_evaluation_name accepts (or valid, test); std::invalid_argument
+// saying what is expected otherwise.
+void check_metric_name(const std::string& name);
+// The metrics some of `runs` have: measure by measure (in the order above),
+// valid and test, then the saved evaluations by name.
+std::vector<std::string> reported_metrics(const std::vector<RunResult>& runs);
+std::optional<double> metric_value(const RunResult& run, const std::string& metric);
 // The values of the runs that have the metric (all runs for valid_ppl, test_ppl).
-std::vector<double> metric_values(const std::vector<RunResult>& runs, Metric metric);
+std::vector<double> metric_values(const std::vector<RunResult>& runs, const std::string& metric);
 
 // The uncoupled base of a coupled variant: the name with its first coupling
 // marker ("-affine", "+affine" or "-coupled", ending the name or followed by

@@ -4,6 +4,7 @@ namespace CLI {
 class App;
 }
 
+#include <functional>
 #include <string>
 
 namespace cqk::cli {
@@ -12,6 +13,8 @@ namespace cqk::cli {
 int& exit_status();
 // The first line of an error message, without torch's backtrace.
 std::string one_line(const std::string& message);
+// A CLI11 option check from a check that throws std::invalid_argument naming the problem.
+std::function<std::string(const std::string&)> option_check(void (*check)(const std::string&));
 
 void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -1,9 +1,11 @@
-// `cqk eval RUN_DIR_OR_CHECKPOINT [--data DIR]`: the evaluation metrics
-// (evaluation.h) of a trained checkpoint on the validation or test split of its
-// run's data, or of another token folder encoded with the same tokenizer.
+// `cqk eval RUN_DIR_OR_CHECKPOINT [--data DIR] [--save NAME]`: the evaluation
+// metrics (evaluation.h) of a trained checkpoint on the validation or test
+// split of its run's data, or of another token folder encoded with the same
+// tokenizer; --save keeps them in the run folder for `cqk stats --metric NAME_bpb`.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -13,8 +15,10 @@
 #include "commands.h"
 #include "cqk/trained_model.h"
 #include "cqk/batch_source.h"
+#include "cqk/checkpoint.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/model.h"
+#include "cqk/sweep_results.h"
 #include "cqk/token_loader.h"
 #include "cqk/tokenizer.h"
 #include "cqk/trainer.h"
@@ -50,6 +54,7 @@ void add_eval_command(CLI::App& app) {
     int64_t batches = 0;
     std::string device;
     std::string data;
+    std::string save;
     bool json = false;
   };
   auto args = std::make_shared<Arguments>();
@@ -67,6 +72,12 @@ void add_eval_command(CLI::App& app) {
                    "tokenizer (`cqk data encode --tokenizer RUN_DATA/tokenizer.model`; a single text file as --input "
                    "makes an evaluation-only folder). Seen/unseen targets stay those of the run's training split")
       ->type_name("DIR");
+  eval->add_option("--save", args->save,
+                   "Also write the evaluation to RUN_DIR/evals/NAME.json (replacing one of that name), where `cqk "
+                   "stats` finds it as the metrics NAME_ppl, NAME_bpb, NAME_word_ppl and NAME_seen_loss of the "
+                   "run's final step")
+      ->type_name("NAME")
+      ->check(option_check(sweep::check_evaluation_name));
   eval->add_flag("--json", args->json, "Print one JSON object instead of a line of text");
   eval->callback([args] {
     auto trained = load_trained_model(args->target, args->device);
@@ -80,10 +91,15 @@ void add_eval_command(CLI::App& app) {
     const auto result = evaluate(model, evaluated, split, args->batches, device,
                                  TargetTables{training->targets_in_training(), evaluated.token_bytes()});
     const std::string data = args->data.empty() ? config.data.dir : args->data;
+    nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},          {"split", args->split},
+                           {"batches", args->batches}, {"data", data}};
+    line.update(evaluation_json(result));
+    if (!args->save.empty()) {
+      const auto file = sweep::saved_evaluation_path(run_dir, args->save);
+      std::filesystem::create_directories(file.parent_path());
+      write_file_atomically(file.string(), line.dump(2) + "\n");
+    }
     if (args->json) {
-      nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},          {"split", args->split},
-                             {"batches", args->batches}, {"data", data}};
-      line.update(evaluation_json(result));
       std::cout << line.dump() << "\n";
     } else {
       std::cout << args->split << (args->data.empty() ? "" : " of " + args->data) << ": " << describe(result) << " ("

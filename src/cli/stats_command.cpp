@@ -59,7 +59,7 @@ struct Comparison {
 };
 
 struct Report {
-  sweep::Metric metric = sweep::Metric::valid_ppl;
+  std::string metric;
   Groups groups;
   std::vector<fs::path> unfinished;
   std::vector<Comparison> comparisons;
@@ -75,7 +75,7 @@ std::string format(const char* spec, double value) {
 std::string p_value(double p) { return format(p >= 1e-3 ? "%.4f" : "%.1e", p); }
 
 // "mean ± sd", with the count when only some of the runs have the metric; "-" when none has.
-std::string mean_sd(const std::vector<sweep::RunResult>& runs, sweep::Metric metric) {
+std::string mean_sd(const std::vector<sweep::RunResult>& runs, const std::string& metric) {
   const auto values = sweep::metric_values(runs, metric);
   if (values.empty()) return "-";
   std::string m = format("%.3f", stats::mean(values));
@@ -83,26 +83,25 @@ std::string mean_sd(const std::vector<sweep::RunResult>& runs, sweep::Metric met
   return values.size() < runs.size() ? m + " (n=" + std::to_string(values.size()) + ")" : m;
 }
 
-// The metrics that at least one finished run has, in kMetrics order.
-std::vector<sweep::Metric> reported_metrics(const Groups& groups) {
-  std::vector<sweep::Metric> metrics;
-  for (const auto metric : sweep::kMetrics) {
-    for (const auto& [name, runs] : groups) {
-      if (!sweep::metric_values(runs, metric).empty()) {
-        metrics.push_back(metric);
-        break;
-      }
-    }
-  }
-  return metrics;
+// The metrics that at least one finished run has (sweep::reported_metrics' order).
+std::vector<std::string> reported_metrics(const Groups& groups) {
+  std::vector<sweep::RunResult> runs;
+  for (const auto& [name, group] : groups) runs.insert(runs.end(), group.begin(), group.end());
+  return sweep::reported_metrics(runs);
 }
 
 // The metric of every run of a variant; an error names a run without it.
-std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, sweep::Metric metric) {
+std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, const std::string& metric) {
+  const std::string evaluation = sweep::metric_evaluation(metric);
   for (const auto& run : runs) {
-    if (!sweep::metric_value(run, metric))
-      throw std::runtime_error((run.dir / "results.json").string() + " has no " + sweep::metric_name(metric) +
-                               " (bpb needs text data with its tokenizer.model, word_ppl a word count)");
+    if (sweep::metric_value(run, metric)) continue;
+    if (!sweep::is_run_evaluation(evaluation))
+      throw std::runtime_error(run.dir.string() + " has no " + metric + " (no " +
+                               sweep::saved_evaluation_path(run.dir, evaluation).string() +
+                               " of its final step with it: `cqk eval " + run.dir.string() +
+                               " --data DIR --save " + evaluation + "`)");
+    throw std::runtime_error((run.dir / "results.json").string() + " has no " + metric +
+                             " (bpb needs text data with its tokenizer.model, word_ppl a word count)");
   }
   return sweep::metric_values(runs, metric);
 }
@@ -163,7 +162,7 @@ bool name_keyed(const std::vector<sweep::RunResult>& runs) {
 // they then share their starting weights and batches. Nullopt for older runs
 // or fewer than two common seeds.
 std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& variant,
-                                     const std::vector<sweep::RunResult>& base, sweep::Metric metric) {
+                                     const std::vector<sweep::RunResult>& base, const std::string& metric) {
   if (!name_keyed(variant) || !name_keyed(base)) return std::nullopt;
   std::map<long long, double> base_by_seed;
   for (const auto& run : base) base_by_seed[run.seed] = *sweep::metric_value(run, metric);
@@ -190,7 +189,7 @@ std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& varian
   return p;
 }
 
-Comparison compare(const Groups& groups, const Pair& pair, sweep::Metric metric, bool unpaired) {
+Comparison compare(const Groups& groups, const Pair& pair, const std::string& metric, bool unpaired) {
   const auto a = compared_values(groups.at(pair.first), metric);
   const auto b = compared_values(groups.at(pair.second), metric);
   Comparison c;
@@ -227,7 +226,7 @@ void warn_about_repeated_seeds(const Groups& groups) {
 
 Report build_report(const StatsOptions& options) {
   Report report;
-  report.metric = sweep::parse_metric(options.metric);
+  report.metric = options.metric;  // checked by --metric's validator
   const auto runs = sweep::find_runs(std::vector<fs::path>(options.run_dirs.begin(), options.run_dirs.end()));
   report.unfinished = runs.unfinished;
   if (runs.finished.empty()) {
@@ -237,6 +236,8 @@ Report build_report(const StatsOptions& options) {
                              " (unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
   }
   report.groups = sweep::group_by_variant(runs.finished);
+  for (const auto& run : runs.finished)
+    for (const auto& stale : run.stale_evaluations) report.notes.push_back("not used: " + stale);
   warn_about_repeated_seeds(report.groups);
   for (const auto& pair : choose_pairs(options, report)) {
     report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
@@ -261,7 +262,7 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
   const bool any = std::any_of(report.comparisons.begin(), report.comparisons.end(),
                                [](const Comparison& c) { return c.paired.has_value(); });
   if (!any) return;
-  const char* metric = sweep::metric_name(report.metric);
+  const std::string& metric = report.metric;
   out << "\n## Paired comparisons on " << metric << " (paired t-test over seeds)\n\n"
       << "| variant | base | pairs | Δ mean | sd of Δ | t | df | 95% CI | ± paired | ± Welch | p one-sided | "
          "p two-sided | d_z | p Bonferroni | sig | detectable Δ |\n"
@@ -306,13 +307,13 @@ std::string render_markdown(const Report& report) {
   for (const auto& [name, runs] : report.groups) finished += runs.size();
   const auto metrics = reported_metrics(report.groups);
   out << "## Variants (" << finished << " finished runs)\n\n| variant | n |";
-  for (const auto metric : metrics) out << " " << sweep::metric_name(metric) << " mean ± sd |";
+  for (const auto& metric : metrics) out << " " << metric << " mean ± sd |";
   out << "\n|---|--:|";
   for (std::size_t i = 0; i < metrics.size(); ++i) out << "--:|";
   out << "\n";
   for (const auto& [name, runs] : report.groups) {
     out << "| " << name << " | " << runs.size() << " |";
-    for (const auto metric : metrics) out << " " << mean_sd(runs, metric) << " |";
+    for (const auto& metric : metrics) out << " " << mean_sd(runs, metric) << " |";
     out << "\n";
   }
   if (!report.unfinished.empty()) {
@@ -322,7 +323,7 @@ std::string render_markdown(const Report& report) {
   for (const auto& note : report.notes) out << "\nNote: " << note << "\n";
   if (report.comparisons.empty()) return out.str();
 
-  const char* metric = sweep::metric_name(report.metric);
+  const std::string& metric = report.metric;
   out << "\n## Comparisons on " << metric << " (Welch's t-test)\n\n"
       << "| variant | base | n | Δ mean | t | df | p one-sided | p two-sided | Hedges' g | p Bonferroni | sig |\n"
       << "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
@@ -358,18 +359,19 @@ std::string render_csv(const Report& report) {
   std::ostringstream out;
   out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
          "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed\n";
+  const auto metrics = reported_metrics(report.groups);
   for (const auto& [name, runs] : report.groups) {
-    for (const auto metric : sweep::kMetrics) {
+    for (const auto& metric : metrics) {
       const auto values = sweep::metric_values(runs, metric);
       if (values.empty()) continue;
-      out << "variant," << csv_field(name) << ",," << sweep::metric_name(metric) << "," << values.size() << ",,"
+      out << "variant," << csv_field(name) << ",," << metric << "," << values.size() << ",,"
           << csv_number(stats::mean(values)) << "," << (values.size() < 2 ? "" : csv_number(stats::sample_sd(values)))
           << ",,,,,,,,,,,,,,,\n";
     }
   }
   for (const auto& c : report.comparisons) {
     out << "comparison," << csv_field(c.variant) << "," << csv_field(c.base) << ","
-        << sweep::metric_name(report.metric) << "," << c.n_variant << "," << c.n_base << ",,,"
+        << report.metric << "," << c.n_variant << "," << c.n_base << ",,,"
         << csv_number(c.mean_difference) << "," << csv_number(c.welch.t) << "," << csv_number(c.welch.df) << ","
         << csv_number(c.welch.p_less) << "," << csv_number(c.welch.p_two_sided) << "," << csv_number(c.hedges_g)
         << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << ",,,,,,,\n";
@@ -378,7 +380,7 @@ std::string render_csv(const Report& report) {
     if (!c.paired) continue;
     const auto& p = *c.paired;
     const auto& t = p.test;
-    const std::string prefix = csv_field(c.variant) + "," + csv_field(c.base) + "," + sweep::metric_name(report.metric);
+    const std::string prefix = csv_field(c.variant) + "," + csv_field(c.base) + "," + report.metric;
     out << "paired_comparison," << prefix << "," << t.pairs << "," << t.pairs << ",,," << csv_number(t.mean_difference)
         << "," << csv_number(t.t) << "," << csv_number(t.df) << "," << csv_number(t.p_less) << ","
         << csv_number(t.p_two_sided) << ",," << csv_number(p.p_bonferroni) << ","
@@ -417,12 +419,12 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--compare", options->compare, "VARIANT:BASE pair to test (repeatable; default: automatic pairs)")
       ->allow_extra_args(false)
       ->type_name("VARIANT:BASE");
-  std::vector<std::string> metric_names;
-  for (const auto metric : sweep::kMetrics) metric_names.emplace_back(sweep::metric_name(metric));
   cmd->add_option("--metric", options->metric,
-                  "Metric the comparisons test (lower is better): perplexity per token, bits per byte, word-level "
-                  "perplexity or the loss over targets seen in training, of the valid or test split")
-      ->check(CLI::IsMember(metric_names))
+                  "Metric the comparisons test (lower is better), EVALUATION_MEASURE: EVALUATION valid or test (the "
+                  "run's final evaluations) or NAME (an evaluation saved by `cqk eval --save NAME`); MEASURE ppl "
+                  "(perplexity per token), bpb (bits per byte), word_ppl (word-level perplexity) or seen_loss (the "
+                  "loss over targets seen in training): valid_ppl, test_bpb, NAME_bpb, ...")
+      ->check(option_check(sweep::check_metric_name))
       ->type_name("METRIC")
       ->capture_default_str();
   cmd->add_option("--csv", options->csv, "Also write the tables as one long-format CSV to FILE")->type_name("FILE");

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -29,40 +31,46 @@ T field(const json& object, const char* key, bool (json::*has_type)() const noex
   return it->get<T>();
 }
 
-// Where each metric lives in results.json.
-struct MetricField {
-  Metric metric;
+// Each measure's place in an evaluation object (evaluation_report.h's
+// evaluation_json), in the order the tables list them.
+struct Measure {
   const char* name;
   std::vector<const char*> path;
 };
 
-const std::vector<MetricField>& metric_fields() {
-  static const std::vector<MetricField> fields = {
-      {Metric::valid_ppl, "valid_ppl", {"valid_ppl"}},
-      {Metric::test_ppl, "test_ppl", {"test_ppl"}},
-      {Metric::valid_bpb, "valid_bpb", {"valid", "bpb"}},
-      {Metric::test_bpb, "test_bpb", {"test", "bpb"}},
-      {Metric::valid_word_ppl, "valid_word_ppl", {"valid", "word_ppl"}},
-      {Metric::test_word_ppl, "test_word_ppl", {"test", "word_ppl"}},
-      {Metric::valid_seen_loss, "valid_seen_loss", {"valid", "seen", "loss"}},
-      {Metric::test_seen_loss, "test_seen_loss", {"test", "seen", "loss"}},
-  };
-  return fields;
+const std::vector<Measure>& measures() {
+  static const std::vector<Measure> table = {
+      {"ppl", {"ppl"}}, {"bpb", {"bpb"}}, {"word_ppl", {"word_ppl"}}, {"seen_loss", {"seen", "loss"}}};
+  return table;
 }
 
-const MetricField& metric_field(Metric metric) {
-  for (const auto& f : metric_fields())
-    if (f.metric == metric) return f;
-  throw std::invalid_argument("unknown metric " + std::to_string(static_cast<int>(metric)));
+// results.json's own evaluations, before the saved ones.
+constexpr const char* kRunEvaluations[] = {"valid", "test"};
+
+// Why `name` cannot name a saved evaluation; nothing when it can.
+std::optional<std::string> evaluation_name_problem(const std::string& name) {
+  const bool well_formed = !name.empty() && name.front() != '-' &&
+                           std::all_of(name.begin(), name.end(), [](char c) {
+                             return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                           });
+  if (!well_formed)
+    return "evaluation name '" + name + "': expected lowercase letters, digits and '-', starting with a letter or digit";
+  if (is_run_evaluation(name)) return "evaluation name '" + name + "' is the run's own split of that name";
+  return std::nullopt;
 }
 
-// A metric's value at its path, absent when any key on the way is.
-std::optional<double> metric_at(const json& object, const MetricField& field) {
+std::string metric_name(const std::string& evaluation, const Measure& measure) {
+  return evaluation + "_" + measure.name;
+}
+
+// The number at `path` inside `object`, absent when any key on the way is;
+// errors name the keys from `prefix` on ("test.seen.loss").
+std::optional<double> number_at(const json& object, const std::vector<const char*>& path, const std::string& prefix) {
   const json* at = &object;
-  std::string where;
-  for (const char* key : field.path) {
+  std::string where = prefix;
+  for (const char* key : path) {
+    if (!at->is_object()) throw std::runtime_error("\"" + where + "\" is a " + at->type_name() + ", not an object");
     where += (where.empty() ? "" : ".") + std::string(key);
-    if (!at->is_object()) throw std::runtime_error("\"" + where + "\" is inside a " + at->type_name() + ", not an object");
     const auto it = at->find(key);
     if (it == at->end()) return std::nullopt;
     at = &*it;
@@ -78,17 +86,62 @@ RunResult parse_result(const json& j, const fs::path& dir) {
   r.name = field<std::string>(j, "name", &json::is_string, "a string");
   if (r.name.empty()) throw std::runtime_error("\"name\" is empty");
   r.seed = field<long long>(j, "seed", &json::is_number_integer, "an integer");
-  for (const auto& f : metric_fields()) {
-    const auto value = metric_at(j, f);
-    if (value) r.metrics[f.metric] = *value;
-    else if (f.metric == Metric::valid_ppl || f.metric == Metric::test_ppl)
-      throw std::runtime_error(std::string("missing \"") + f.name + "\"");
+  for (const char* evaluation : kRunEvaluations) {
+    // The perplexity is top-level (valid_ppl) and required; the rest are in the split's object.
+    const std::string ppl = metric_name(evaluation, measures().front());
+    const auto value = number_at(j, {ppl.c_str()}, "");
+    if (!value) throw std::runtime_error("missing \"" + ppl + "\"");
+    r.metrics[ppl] = *value;
+    const auto split = j.find(evaluation);
+    if (split == j.end()) continue;
+    if (!split->is_object())
+      throw std::runtime_error(std::string("\"") + evaluation + "\" must be an object, not " + split->type_name());
+    for (auto m = measures().begin() + 1; m != measures().end(); ++m)
+      if (const auto v = number_at(*split, m->path, evaluation)) r.metrics[metric_name(evaluation, *m)] = *v;
   }
   r.steps = field<long long>(j, "steps", &json::is_number_integer, "an integer", 0LL);
   r.params = field<long long>(j, "params", &json::is_number_integer, "an integer", 0LL);
   r.config_hash = field<std::string>(j, "config_hash", &json::is_string, "a string", std::string());
   r.initialisation = field<std::string>(j, "initialisation", &json::is_string, "a string", std::string());
   return r;
+}
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error(file.string() + ": cannot be read");
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file.string() + ": " + e.what());
+  }
+}
+
+// Adds the metrics of RUN/evals/*.json that evaluated the run's final step.
+void read_saved_evaluations(RunResult& r) {
+  const fs::path folder = r.dir / "evals";
+  if (!fs::is_directory(folder)) return;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    const std::string name = file.stem().string();
+    const json j = read_json(file);
+    try {
+      check_evaluation_name(name);
+      if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
+      const auto step = field<long long>(j, "step", &json::is_number_integer, "an integer");
+      if (step != r.steps) {
+        r.stale_evaluations.push_back(file.string() + ": of step " + std::to_string(step) + ", not the run's final step " +
+                                      std::to_string(r.steps) + " (results.json)");
+        continue;
+      }
+      for (const auto& m : measures())
+        if (const auto v = number_at(j, m.path, "")) r.metrics[metric_name(name, m)] = *v;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(file.string() + ": " + e.what());
+    }
+  }
 }
 
 bool is_run_dir(const fs::path& dir) {
@@ -112,13 +165,29 @@ void collect_run_dirs(const fs::path& dir, int levels, std::map<fs::path, fs::pa
 
 RunResult read_run_result(const fs::path& run_dir) {
   const fs::path file = run_dir / "results.json";
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(file.string() + ": cannot be read");
+  const json j = read_json(file);
+  RunResult r;
   try {
-    return parse_result(json::parse(in), run_dir);
+    r = parse_result(j, run_dir);
   } catch (const std::exception& e) {
     throw std::runtime_error(file.string() + ": " + e.what());
   }
+  read_saved_evaluations(r);
+  return r;
+}
+
+fs::path saved_evaluation_path(const fs::path& run_dir, const std::string& name) {
+  return run_dir / "evals" / (name + ".json");
+}
+
+void check_evaluation_name(const std::string& name) {
+  if (const auto problem = evaluation_name_problem(name)) throw std::invalid_argument(*problem);
+}
+
+std::string metric_evaluation(const std::string& metric) { return metric.substr(0, metric.find('_')); }
+
+bool is_run_evaluation(const std::string& evaluation) {
+  return std::find(std::begin(kRunEvaluations), std::end(kRunEvaluations), evaluation) != std::end(kRunEvaluations);
 }
 
 SweepRuns find_runs(const std::vector<fs::path>& roots) {
@@ -147,24 +216,46 @@ std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector
   return groups;
 }
 
-Metric parse_metric(const std::string& name) {
+void check_metric_name(const std::string& name) {
+  const std::string evaluation = metric_evaluation(name);
+  const std::string measure = name.size() > evaluation.size() ? name.substr(evaluation.size() + 1) : "";
+  const bool known_evaluation = is_run_evaluation(evaluation) || !evaluation_name_problem(evaluation);
   std::string names;
-  for (const auto& f : metric_fields()) {
-    if (name == f.name) return f.metric;
-    names += (names.empty() ? "" : ", ") + std::string(f.name);
+  bool known_measure = false;
+  for (const auto& m : measures()) {
+    known_measure = known_measure || measure == m.name;
+    names += (names.empty() ? "" : ", ") + std::string(m.name);
   }
-  throw std::invalid_argument("unknown metric '" + name + "' (expected " + names + ")");
+  if (!known_evaluation || !known_measure)
+    throw std::invalid_argument("unknown metric '" + name +
+                                "' (expected EVALUATION_MEASURE: EVALUATION valid, test or the NAME of `cqk eval "
+                                "--save NAME`; MEASURE one of " + names + ")");
 }
 
-const char* metric_name(Metric metric) { return metric_field(metric).name; }
+std::vector<std::string> reported_metrics(const std::vector<RunResult>& runs) {
+  std::vector<std::string> evaluations(std::begin(kRunEvaluations), std::end(kRunEvaluations));
+  std::set<std::string> saved, present;
+  for (const auto& run : runs) {
+    for (const auto& [metric, value] : run.metrics) {
+      present.insert(metric);
+      if (!is_run_evaluation(metric_evaluation(metric))) saved.insert(metric_evaluation(metric));
+    }
+  }
+  evaluations.insert(evaluations.end(), saved.begin(), saved.end());
+  std::vector<std::string> metrics;
+  for (const auto& m : measures())
+    for (const auto& evaluation : evaluations)
+      if (present.count(metric_name(evaluation, m))) metrics.push_back(metric_name(evaluation, m));
+  return metrics;
+}
 
-std::optional<double> metric_value(const RunResult& run, Metric metric) {
+std::optional<double> metric_value(const RunResult& run, const std::string& metric) {
   const auto it = run.metrics.find(metric);
   if (it == run.metrics.end()) return std::nullopt;
   return it->second;
 }
 
-std::vector<double> metric_values(const std::vector<RunResult>& runs, Metric metric) {
+std::vector<double> metric_values(const std::vector<RunResult>& runs, const std::string& metric) {
   std::vector<double> values;
   values.reserve(runs.size());
   for (const auto& run : runs)
