@@ -213,18 +213,19 @@ next_job() {
 }
 
 worker() {  # SLOT (a GPU index, or "" for the CPU)
-  local slot="$1" i config tag seed dir action rc outcome where
+  local slot="$1" i config tag seed dir action rc outcome where trapped=0
   # A SIGTERM to the whole process group (kill -- -PGID, a batch system's cancel) reaches the
   # workers too: take no new job, and still wait for the running training to checkpoint and
   # exit, so that its outcome is counted.
-  trap 'touch "$state/stop"' TERM
+  trap 'touch "$state/stop"; trapped=1' TERM
   where="$([[ -n "$slot" ]] && echo "GPU $slot" || echo CPU)"
   while [[ ! -e "$state/stop" ]]; do
     i="$(next_job)"
-    (( i < ${#jobs[@]} )) || break
+    [[ $i =~ ^[0-9]+$ ]] && (( i < ${#jobs[@]} )) || break  # empty: the signal ended next_job
     IFS=$'\t' read -r config tag seed <<<"${jobs[$i]}"
     dir="$out/$tag/seed$seed"
     action="$(job_action "$dir")"
+    [[ -n $action && ! -e "$state/stop" ]] || break
     if [[ $action == skip ]]; then
       log "skip   $tag seed $seed: finished ($dir/results.json)"
       printf 'skipped\t%s\t%s\n' "$tag" "$seed" >>"$state/outcomes"
@@ -249,10 +250,14 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     fi
     local pid=$!
     echo "$pid" >"$state/running.$BASHPID"
+    # A stop that came after on_signal looked for running trainings: this one would miss it.
+    [[ ! -e "$state/stop" ]] || kill -TERM "$pid" 2>/dev/null
+    trapped=0
     wait "$pid"
     rc=$?
-    # A trapped signal ends `wait` early (status 128+N); the training's own status comes after.
-    while kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done
+    # A trapped signal ends `wait` early; waiting again gives the training's own status
+    # (bash keeps the status of a child it has already reaped).
+    while (( trapped )); do trapped=0; wait "$pid"; rc=$?; done
     rm -f "$state/running.$BASHPID"
     if [[ $rc -eq 0 && -f "$dir/results.json" ]]; then outcome=finished
     elif [[ $rc -eq 0 ]]; then outcome=paused

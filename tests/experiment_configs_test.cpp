@@ -283,11 +283,14 @@ TEST(Sweep, ATermToTheProcessGroupCountsTheRunningTrainingAsInterrupted) {
   const std::string out = tmp / "sweep";
   const fs::path run = fs::path(out) / "tiny-long" / "seed1";
   // setsid: the sweep leads a process group of its own (its workers and trainings inherit it).
+  // Whatever happens, the group goes at the end, so that a failure leaves no training running.
   const std::string script =
       "setsid bash -c " + shell_quote(sweep_command(tmp.path(), "1", out, shell_quote(config))) + " >" +
-      shell_quote(tmp / "sweep.out") + " 2>&1 & pid=$!\n" + "for i in $(seq 600); do grep -q '\"step\":2' " +
-      shell_quote((run / "metrics.jsonl").string()) + " 2>/dev/null && break; sleep 0.1; done\n" +
-      "kill -TERM -- -$pid\nwait $pid\necho \"sweep exit $?\"\n";
+      shell_quote(tmp / "sweep.out") + " 2>&1 & pid=$!\n" + "trap 'kill -KILL -- -$pid 2>/dev/null' EXIT\n" +
+      "for i in $(seq 600); do grep -q '\"step\":2' " + shell_quote((run / "metrics.jsonl").string()) +
+      " 2>/dev/null && break; sleep 0.1; done\n" + "kill -TERM -- -$pid\n" +
+      "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done\nwait $pid\n"
+      "echo \"sweep exit $?\"\n";
   const auto r = run_command("bash -c " + shell_quote(script));
   const std::string sweep_out = read_file(tmp / "sweep.out");
   EXPECT_NE(r.out.find("sweep exit 1"), std::string::npos) << r.out << sweep_out;
@@ -295,6 +298,8 @@ TEST(Sweep, ATermToTheProcessGroupCountsTheRunningTrainingAsInterrupted) {
                            "not started"),
             std::string::npos)
       << sweep_out;
+  // The training's own exit status (130: interrupted), not the worker's interrupted wait.
+  EXPECT_NE(sweep_out.find("interrupted tiny-long seed 1 (exit 130)"), std::string::npos) << sweep_out;
   EXPECT_NE(read_file(run / "sweep.log").find("interrupted at step"), std::string::npos) << read_file(run / "sweep.log");
   ASSERT_FALSE(fs::exists(run / "results.json"));
   const auto dry = run_command(sweep_command(tmp.path(), "1", out, shell_quote(config)) + " --dry-run");
