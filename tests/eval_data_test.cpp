@@ -59,13 +59,18 @@ class EvalData : public ::testing::Test {
                    " --out " + tokens_)
                   .exit_code,
               0);
-    const auto trained = tool("train --set data.kind=tokens --set data.dir=" + tokens_ +
-                              " --set data.seq_len=32 --set data.batch_size=8 --set model.width=32"
-                              " --set model.layers=1 --set model.heads=2 --set train.steps=10 --set train.warmup_steps=2"
-                              " --set train.eval_every=5 --set train.eval_batches=1 --set train.log_every=5"
-                              " --set train.checkpoint_every=10 --set train.device=cpu --set run.dir=" +
-                              run_);
+    const auto trained = train();
     ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  }
+
+  // A run of 10 steps on tokens_ in run_.
+  CommandResult train() const {
+    return tool("train --set data.kind=tokens --set data.dir=" + tokens_ +
+                " --set data.seq_len=32 --set data.batch_size=8 --set model.width=32"
+                " --set model.layers=1 --set model.heads=2 --set train.steps=10 --set train.warmup_steps=2"
+                " --set train.eval_every=5 --set train.eval_batches=1 --set train.log_every=5"
+                " --set train.checkpoint_every=10 --set train.device=cpu --set run.dir=" +
+                run_);
   }
 
   CommandResult tool(const std::string& args) const {
@@ -199,6 +204,16 @@ TEST_F(EvalData, SavedEvaluationsAreMetricsOfTheRun) {
     EXPECT_NE(bad.err.find("evaluation name '" + name + "'"), std::string::npos) << bad.err;
   }
   EXPECT_FALSE(std::filesystem::exists(run_ + "/evals/test.json"));
+  const auto part = tool("eval " + run_ + " --data " + tmp_ / "ood" + " --batches 1 --save ood-2");
+  EXPECT_EQ(part.exit_code, 2);
+  EXPECT_NE(part.err.find("--save needs the whole split"), std::string::npos) << part.err;
+  EXPECT_FALSE(std::filesystem::exists(run_ + "/evals/ood-2.json"));
+
+  // A new run in the folder (the old one's checkpoints gone) takes the old model's evaluations away.
+  ASSERT_EQ(run_command("rm -r " + shell_quote(run_ + "/checkpoints")).exit_code, 0);
+  const auto again = train();
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_FALSE(std::filesystem::exists(run_ + "/evals")) << again.err;
 }
 
 TEST_F(EvalData, AFolderOfAnotherTokenizerIsRefused) {

@@ -270,10 +270,24 @@ TEST_F(StatsCommand, ComparesEvaluationsSavedForTheFinalStep) {
       << left_out.out;
   const auto missing = run_tool(path(root_ / "sweep") + " --metric wt2_bpb");
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.out.find((root_ / "sweep" / "diff-150m-s1").string() + " has no wt2_bpb"), std::string::npos)
+  EXPECT_NE(missing.out.find((root_ / "sweep" / "diff-150m-s1").string() + " has no wt2_bpb (" + stale.string() +
+                             " is not of its final step"),
+            std::string::npos)
       << missing.out;
   EXPECT_NE(missing.out.find("--save wt2"), std::string::npos) << missing.out;
   EXPECT_EQ(std::count(missing.out.begin(), missing.out.end(), '\n'), 1) << missing.out;
+
+  // Present for the final step but without the measure.
+  std::ofstream(stale) << R"({"step": 100, "bpb": 1.0})";
+  const auto lacking = run_tool(path(root_ / "sweep") + " --metric wt2_seen_loss");
+  EXPECT_EQ(lacking.exit_code, 2);
+  EXPECT_NE(lacking.out.find(stale.string() + " lacks it"), std::string::npos) << lacking.out;
+  // A file that is not named as a saved evaluation is left out with a note; the rest still counts.
+  std::ofstream(root_ / "sweep" / "diff-150m-s0" / "evals" / "WT2.bak.json") << "not json";
+  const auto stray = run_tool(path(root_ / "sweep") + " --metric wt2_bpb --compare diff-affine-150m:diff-150m");
+  ASSERT_EQ(stray.exit_code, 0) << stray.out;
+  EXPECT_NE(stray.out.find("WT2.bak.json: not a saved evaluation"), std::string::npos) << stray.out;
+  fs::remove(root_ / "sweep" / "diff-150m-s0" / "evals" / "WT2.bak.json");
 
   std::ofstream(stale) << R"({"step": 100, "bpb": "1.0"})";
   const auto malformed = run_tool(path(root_ / "sweep"));
@@ -315,6 +329,16 @@ TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
 
 TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
   const auto dir = write_run(root_ / "run", "x", 1, 20.0, 21.0);
+  // results.json without "steps" (older runs): no saved evaluation can be shown to be of the final step.
+  fs::create_directories(dir / "evals");
+  std::ofstream(dir / "evals" / "ood.json") << R"({"step": 100, "bpb": 1.5})";
+  std::ofstream(dir / "results.json") << R"({"name": "x", "seed": 1, "valid_ppl": 20, "test_ppl": 21})";
+  const auto old = sweep::read_run_result(dir);
+  EXPECT_EQ(sweep::metric_value(old, "ood_bpb"), std::nullopt);
+  ASSERT_EQ(old.ignored_evaluations.size(), 1u);
+  EXPECT_NE(old.ignored_evaluations[0].find("records no final step"), std::string::npos);
+  write_run(dir, "x", 1, 20.0, 21.0);
+  EXPECT_EQ(sweep::metric_value(sweep::read_run_result(dir), "ood_bpb"), 1.5);
   const auto run = sweep::read_run_result(dir);
   EXPECT_EQ(run.name, "x");
   EXPECT_EQ(run.seed, 1);

@@ -37,9 +37,9 @@ struct RunResult {
   long long params = 0;
   std::string config_hash;
   std::string initialisation;  // kNameKeyedInitialisation, or empty for older runs
-  // Saved evaluations left out because they are not of the run's final step,
-  // each as "FILE: why".
-  std::vector<std::string> stale_evaluations;
+  // Files in RUN/evals/ left out (not of the run's final step, not named as a
+  // saved evaluation), each as "FILE: why".
+  std::vector<std::string> ignored_evaluations;
 };
 
 struct SweepRuns {
@@ -56,7 +56,9 @@ struct SweepRuns {
 RunResult read_run_result(const std::filesystem::path& run_dir);
 
 // Where `cqk eval --save NAME` keeps an evaluation: RUN/evals/NAME.json, the
-// checkpoint's "step" and evaluation_report.h's evaluation_json.
+// checkpoint's "step" and evaluation_report.h's evaluation_json, of a whole
+// split. A new run in the folder (not a resume) removes the folder.
+std::filesystem::path saved_evaluations_folder(const std::filesystem::path& run_dir);
 std::filesystem::path saved_evaluation_path(const std::filesystem::path& run_dir, const std::string& name);
 // A saved evaluation's name: lowercase letters, digits and '-', starting with
 // a letter or digit, and not valid or test. std::invalid_argument otherwise.

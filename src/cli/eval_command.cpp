@@ -80,6 +80,9 @@ void add_eval_command(CLI::App& app) {
       ->check(option_check(sweep::check_evaluation_name));
   eval->add_flag("--json", args->json, "Print one JSON object instead of a line of text");
   eval->callback([args] {
+    // A saved evaluation stands for the split in `cqk stats`: a part of it would compare unlike with like.
+    if (!args->save.empty() && args->batches > 0)
+      throw std::runtime_error("--save needs the whole split: leave --batches out");
     auto trained = load_trained_model(args->target, args->device);
     auto& [model, config, run_dir, checkpoint, step] = trained;
     const auto device = model->parameters().front().device();

@@ -95,11 +95,18 @@ std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, c
   const std::string evaluation = sweep::metric_evaluation(metric);
   for (const auto& run : runs) {
     if (sweep::metric_value(run, metric)) continue;
-    if (!sweep::is_run_evaluation(evaluation))
-      throw std::runtime_error(run.dir.string() + " has no " + metric + " (no " +
-                               sweep::saved_evaluation_path(run.dir, evaluation).string() +
-                               " of its final step with it: `cqk eval " + run.dir.string() +
-                               " --data DIR --save " + evaluation + "`)");
+    if (!sweep::is_run_evaluation(evaluation)) {
+      const auto file = sweep::saved_evaluation_path(run.dir, evaluation);
+      const bool ignored = std::any_of(run.ignored_evaluations.begin(), run.ignored_evaluations.end(),
+                                       [&](const std::string& note) { return note.rfind(file.string() + ":", 0) == 0; });
+      const std::string why =
+          ignored            ? file.string() + " is not of its final step; evaluate it again: `cqk eval " +
+                                   run.dir.string() + " --data DIR --save " + evaluation + "`"
+          : fs::exists(file) ? file.string() + " lacks it (bpb needs text data, word_ppl a word count)"
+                             : "no " + file.string() + ": `cqk eval " + run.dir.string() + " --data DIR --save " +
+                                   evaluation + "`";
+      throw std::runtime_error(run.dir.string() + " has no " + metric + " (" + why + ")");
+    }
     throw std::runtime_error((run.dir / "results.json").string() + " has no " + metric +
                              " (bpb needs text data with its tokenizer.model, word_ppl a word count)");
   }
@@ -237,7 +244,7 @@ Report build_report(const StatsOptions& options) {
   }
   report.groups = sweep::group_by_variant(runs.finished);
   for (const auto& run : runs.finished)
-    for (const auto& stale : run.stale_evaluations) report.notes.push_back("not used: " + stale);
+    for (const auto& ignored : run.ignored_evaluations) report.notes.push_back("not used: " + ignored);
   warn_about_repeated_seeds(report.groups);
   for (const auto& pair : choose_pairs(options, report)) {
     report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));

@@ -59,7 +59,7 @@ std::optional<std::string> evaluation_name_problem(const std::string& name) {
   return std::nullopt;
 }
 
-std::string metric_name(const std::string& evaluation, const Measure& measure) {
+std::string joined_name(const std::string& evaluation, const Measure& measure) {
   return evaluation + "_" + measure.name;
 }
 
@@ -88,7 +88,7 @@ RunResult parse_result(const json& j, const fs::path& dir) {
   r.seed = field<long long>(j, "seed", &json::is_number_integer, "an integer");
   for (const char* evaluation : kRunEvaluations) {
     // The perplexity is top-level (valid_ppl) and required; the rest are in the split's object.
-    const std::string ppl = metric_name(evaluation, measures().front());
+    const std::string ppl = joined_name(evaluation, measures().front());
     const auto value = number_at(j, {ppl.c_str()}, "");
     if (!value) throw std::runtime_error("missing \"" + ppl + "\"");
     r.metrics[ppl] = *value;
@@ -97,7 +97,7 @@ RunResult parse_result(const json& j, const fs::path& dir) {
     if (!split->is_object())
       throw std::runtime_error(std::string("\"") + evaluation + "\" must be an object, not " + split->type_name());
     for (auto m = measures().begin() + 1; m != measures().end(); ++m)
-      if (const auto v = number_at(*split, m->path, evaluation)) r.metrics[metric_name(evaluation, *m)] = *v;
+      if (const auto v = number_at(*split, m->path, evaluation)) r.metrics[joined_name(evaluation, *m)] = *v;
   }
   r.steps = field<long long>(j, "steps", &json::is_number_integer, "an integer", 0LL);
   r.params = field<long long>(j, "params", &json::is_number_integer, "an integer", 0LL);
@@ -116,9 +116,11 @@ json read_json(const fs::path& file) {
   }
 }
 
-// Adds the metrics of RUN/evals/*.json that evaluated the run's final step.
+// Adds the metrics of RUN/evals/*.json that evaluated the run's final step;
+// notes the files it leaves out. A malformed file of a saved evaluation's name
+// is an error, as a malformed results.json is.
 void read_saved_evaluations(RunResult& r) {
-  const fs::path folder = r.dir / "evals";
+  const fs::path folder = saved_evaluations_folder(r.dir);
   if (!fs::is_directory(folder)) return;
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(folder))
@@ -126,18 +128,25 @@ void read_saved_evaluations(RunResult& r) {
   std::sort(files.begin(), files.end());
   for (const auto& file : files) {
     const std::string name = file.stem().string();
+    if (const auto problem = evaluation_name_problem(name)) {
+      r.ignored_evaluations.push_back(file.string() + ": not a saved evaluation (" + *problem + ")");
+      continue;
+    }
     const json j = read_json(file);
     try {
-      check_evaluation_name(name);
       if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
       const auto step = field<long long>(j, "step", &json::is_number_integer, "an integer");
+      if (r.steps == 0) {
+        r.ignored_evaluations.push_back(file.string() + ": results.json records no final step to check it against");
+        continue;
+      }
       if (step != r.steps) {
-        r.stale_evaluations.push_back(file.string() + ": of step " + std::to_string(step) + ", not the run's final step " +
-                                      std::to_string(r.steps) + " (results.json)");
+        r.ignored_evaluations.push_back(file.string() + ": of step " + std::to_string(step) +
+                                        ", not the run's final step " + std::to_string(r.steps) + " (results.json)");
         continue;
       }
       for (const auto& m : measures())
-        if (const auto v = number_at(j, m.path, "")) r.metrics[metric_name(name, m)] = *v;
+        if (const auto v = number_at(j, m.path, "")) r.metrics[joined_name(name, m)] = *v;
     } catch (const std::exception& e) {
       throw std::runtime_error(file.string() + ": " + e.what());
     }
@@ -176,8 +185,10 @@ RunResult read_run_result(const fs::path& run_dir) {
   return r;
 }
 
+fs::path saved_evaluations_folder(const fs::path& run_dir) { return run_dir / "evals"; }
+
 fs::path saved_evaluation_path(const fs::path& run_dir, const std::string& name) {
-  return run_dir / "evals" / (name + ".json");
+  return saved_evaluations_folder(run_dir) / (name + ".json");
 }
 
 void check_evaluation_name(const std::string& name) {
@@ -245,7 +256,7 @@ std::vector<std::string> reported_metrics(const std::vector<RunResult>& runs) {
   std::vector<std::string> metrics;
   for (const auto& m : measures())
     for (const auto& evaluation : evaluations)
-      if (present.count(metric_name(evaluation, m))) metrics.push_back(metric_name(evaluation, m));
+      if (present.count(joined_name(evaluation, m))) metrics.push_back(joined_name(evaluation, m));
   return metrics;
 }
 

@@ -220,7 +220,14 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   struct LogFileScope {
     ~LogFileScope() { log::remove_files(); }
   } log_file_scope;
-  if (!options.resume && dist.is_main()) write_file_atomically(config_path, to_yaml(config));
+  if (!options.resume && dist.is_main()) {
+    write_file_atomically(config_path, to_yaml(config));
+    // Evaluations saved for an earlier run in this folder (cqk eval --save) are not this run's.
+    const auto saved = sweep::saved_evaluations_folder(run_dir);
+    std::error_code error;
+    if (fs::exists(saved) && fs::remove_all(saved, error) > 0 && !error)
+      log::info("removed " + saved.string() + ": the saved evaluations of an earlier run in this folder");
+  }
   if (dist.is_main()) remove_stale_temporaries(run_dir);
 
   // Measured before a resume restores the RNG state: the measurement draws random matrices.
