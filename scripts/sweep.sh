@@ -16,10 +16,14 @@
 # cores as train.threads unless --set gives it). A job's output goes to DIR/sweep.log (the trainer
 # also writes DIR/train.log and DIR/metrics.jsonl). At the end `cqk stats OUT`
 # prints the table and writes OUT/stats.md and OUT/stats.csv.
+# With --eval NAME=DIR, each finished run (also one finished before) that has
+# no RUN/evals/NAME.json is evaluated on token folder DIR's valid split by
+# `cqk eval RUN --data DIR --save NAME`, for `cqk stats --metric NAME_bpb`.
 #
 # The tool is $CQK_BIN, default build/cqk (scripts/build.sh builds it).
 # Exit status: 0 when every job finished (or was already finished), 1 when some
-# failed, diverged or were interrupted (re-run the command to continue), 2 on bad usage.
+# failed, diverged or were interrupted, or an --eval evaluation failed (re-run the
+# command to continue), 2 on bad usage.
 set -uo pipefail
 
 usage() {
@@ -33,7 +37,10 @@ usage: scripts/sweep.sh [options] CONFIG|FOLDER...
                      "none" runs on the CPU
   --cpu-jobs N       without a GPU: N runs at a time, each with train.threads = cores / N
                      (default 1; on 2 cores, 2 one-thread runs finish sooner than 1 two-thread run)
+  --eval NAME=DIR    after each run, evaluate it on token folder DIR (encoded with the runs' tokenizer)
+                     as cqk stats metrics NAME_ppl, NAME_bpb, ... (repeatable; cqk eval --save NAME)
   --compare V:B      pair for cqk stats (repeatable; default: its automatic coupled-vs-base pairs)
+  --metric M         metric of the final cqk stats, e.g. test_bpb or NAME_bpb (default: valid_ppl)
   --no-stats         do not run cqk stats at the end
   --dry-run          print what each job would do, run nothing
   -h, --help         this text
@@ -54,6 +61,8 @@ stats=1
 dry_run=0
 overrides=()
 compares=()
+evals=()
+metric=""
 inputs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -67,6 +76,10 @@ while [[ $# -gt 0 ]]; do
     --gpus=*) gpus_arg="${1#*=}"; gpus_given=1; shift ;;
     --compare) [[ $# -ge 2 ]] || die "--compare needs VARIANT:BASE"; compares+=("$2"); shift 2 ;;
     --compare=*) compares+=("${1#*=}"); shift ;;
+    --eval) [[ $# -ge 2 ]] || die "--eval needs NAME=DIR"; evals+=("$2"); shift 2 ;;
+    --eval=*) evals+=("${1#*=}"); shift ;;
+    --metric) [[ $# -ge 2 ]] || die "--metric needs a value"; metric="$2"; shift 2 ;;
+    --metric=*) metric="${1#*=}"; shift ;;
     --cpu-jobs) [[ $# -ge 2 ]] || die "--cpu-jobs needs a number"; cpu_jobs="$2"; shift 2 ;;
     --cpu-jobs=*) cpu_jobs="${1#*=}"; shift ;;
     --no-stats) stats=0; shift ;;
@@ -82,6 +95,12 @@ done
 for o in "${overrides[@]}"; do
   [[ "$o" == *=* ]] || die "--set '$o': expected KEY=VALUE"
   [[ "$o" != run.seed=* && "$o" != run.dir=* ]] || die "--set $o: the sweep sets run.seed and the run folder itself"
+done
+for e in "${evals[@]}"; do
+  # The name rule is cqk's (sweep::check_evaluation_name), checked here so that a typo stops the sweep before it trains.
+  [[ "$e" =~ ^([a-z0-9][a-z0-9-]*)=(.+)$ && "${BASH_REMATCH[1]}" != valid && "${BASH_REMATCH[1]}" != test ]] ||
+    die "--eval '$e': expected NAME=DIR, NAME of lowercase letters, digits and '-', not valid or test"
+  [[ -f "${BASH_REMATCH[2]}/valid.bin" ]] || die "--eval '$e': ${BASH_REMATCH[2]}/valid.bin not found (cqk data encode)"
 done
 
 # Seeds: "1,2,3", "1-6", "1,4-6".
@@ -151,12 +170,15 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
   for ((g = 0; g < ${gpu_count:-0}; ++g)); do slots+=("$g"); done
 fi
 cpu_only=0
+eval_env=()  # for cqk eval: the trainings' share of the cores when they run side by side
 if [[ ${#slots[@]} -eq 0 ]]; then
   cpu_only=1
   for ((j = 0; j < cpu_jobs; ++j)); do slots+=(""); done
   # Parallel CPU runs share the cores instead of each taking all of them.
-  if (( cpu_jobs > 1 )) && ! printf '%s\n' "${overrides[@]}" | grep -q '^train\.threads='; then
-    overrides+=("train.threads=$(( $(nproc) / cpu_jobs > 0 ? $(nproc) / cpu_jobs : 1 ))")
+  if (( cpu_jobs > 1 )); then
+    share=$(( $(nproc) / cpu_jobs > 0 ? $(nproc) / cpu_jobs : 1 ))
+    eval_env=(CQK_NUM_THREADS="$share")
+    printf '%s\n' "${overrides[@]}" | grep -q '^train\.threads=' || overrides+=("train.threads=$share")
   fi
 fi
 cpu_slots_text() { (( cpu_jobs == 1 )) && echo "the CPU, one at a time" || echo "the CPU, $cpu_jobs at a time"; }
@@ -177,6 +199,7 @@ if [[ $dry_run -eq 1 ]]; then
     dir="$out/$tag/seed$seed"
     echo "$(job_action "$dir") $tag seed $seed: $config -> $dir"
   done
+  for e in "${evals[@]}"; do echo "then each: cqk eval RUN --data ${e#*=} --save ${e%%=*}"; done
   exit 0
 fi
 
@@ -186,6 +209,7 @@ mkdir -p "$out" || die "$out: cannot create the sweep folder"
 state="$(mktemp -d "${TMPDIR:-/tmp}/cqk-sweep.XXXXXX")" || die "mktemp failed"
 echo 0 >"$state/next"
 : >"$state/outcomes"
+: >"$state/eval_failures"
 worker_pids=()
 
 cleanup() { rm -rf "$state"; }
@@ -212,6 +236,22 @@ next_job() {
   ) 9>"$state/lock"
 }
 
+# The --eval evaluations a finished run lacks; a failure is logged and counted, the run stays finished.
+evaluate() {  # DIR TAG SEED
+  local e name data
+  for e in "${evals[@]}"; do
+    name="${e%%=*}" data="${e#*=}"
+    [[ ! -f "$1/evals/$name.json" && ! -e "$state/stop" ]] || continue
+    echo "# $(date '+%F %T') $CQK eval $1 --data $data --save $name" >>"$1/sweep.log"
+    if env "${eval_env[@]}" "$CQK" eval "$1" --data "$data" --save "$name" >>"$1/sweep.log" 2>&1 </dev/null; then
+      log "eval   $2 seed $3 on $name"
+    else
+      log "eval   $2 seed $3 on $name FAILED; see $1/sweep.log"
+      printf '%s\t%s\t%s\n' "$name" "$2" "$3" >>"$state/eval_failures"
+    fi
+  done
+}
+
 worker() {  # SLOT (a GPU index, or "" for the CPU)
   local slot="$1" i config tag seed dir action rc outcome where trapped=0
   # A SIGTERM to the whole process group (kill -- -PGID, a batch system's cancel) reaches the
@@ -229,6 +269,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     if [[ $action == skip ]]; then
       log "skip   $tag seed $seed: finished ($dir/results.json)"
       printf 'skipped\t%s\t%s\n' "$tag" "$seed" >>"$state/outcomes"
+      evaluate "$dir" "$tag" "$seed"
       continue
     fi
     mkdir -p "$dir"
@@ -267,6 +308,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     fi
     log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log")"
     printf '%s\t%s\t%s\n' "$outcome" "$tag" "$seed" >>"$state/outcomes"
+    [[ $outcome != finished ]] || evaluate "$dir" "$tag" "$seed"
   done
 }
 
@@ -285,15 +327,18 @@ count() { grep -c "^$1	" "$state/outcomes" || true; }
 finished=$(count finished) skipped=$(count skipped) paused=$(count paused)
 interrupted=$(count interrupted) diverged=$(count diverged) failed=$(count failed)
 not_started=$(( ${#jobs[@]} - $(wc -l <"$state/outcomes") ))
+eval_failed=$(wc -l <"$state/eval_failures")
 log "done: $finished finished, $skipped already finished, $paused paused, $interrupted interrupted," \
-    "$diverged diverged, $failed failed, $not_started not started"
+    "$diverged diverged, $failed failed, $not_started not started$(
+      (( ${#evals[@]} == 0 )) || echo "; $eval_failed evaluations failed")"
 
 status=0
-(( paused + interrupted + diverged + failed + not_started == 0 )) || status=1
+(( paused + interrupted + diverged + failed + not_started + eval_failed == 0 )) || status=1
 
 if [[ $stats -eq 1 && ! -e "$state/stop" ]]; then
   stats_command=("$CQK" stats "$out" --markdown "$out/stats.md" --csv "$out/stats.csv")
   for c in "${compares[@]}"; do stats_command+=(--compare "$c"); done
+  [[ -z "$metric" ]] || stats_command+=(--metric "$metric")
   log "${stats_command[*]}"
   "${stats_command[@]}" || { echo "sweep: cqk stats failed" >&2; status=1; }
 fi

@@ -363,8 +363,8 @@ TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
 }
 
 // Issue 24's chain on text the test generates: tokenizer -> encode -> two
-// variants (uncoupled and affine) x two seeds through sweep.sh -> cqk stats
-// on bits per byte -> plots.
+// variants (uncoupled and affine) x two seeds through sweep.sh, each run also
+// evaluated on other text (--eval) -> cqk stats on bits per byte -> plots.
 TEST(Sweep, TextFromTheTokenizerToBitsPerByteStatsAndPlots) {
   cqk::testing::TempDir tmp("cqk-sweep-text");
   const std::vector<std::string> words{"red", "river", "garden", "engine", "watches", "old", "clock", "near", "paints"};
@@ -379,6 +379,10 @@ TEST(Sweep, TextFromTheTokenizerToBitsPerByteStatsAndPlots) {
   const auto encode = run_command(tool + " data encode --input " + shell_quote(tmp / "corpus") + " --tokenizer " +
                                   shell_quote(tmp / "tokens/tokenizer.model") + " --out " + shell_quote(tmp / "tokens"));
   ASSERT_EQ(encode.exit_code, 0) << encode.out;
+  cqk::testing::write_file(tmp / "ood.txt", cqk::testing::grammar_text({"blue", "river", "lamp", "clock"}, 4, 60));
+  const auto ood = run_command(tool + " data encode --input " + shell_quote(tmp / "ood.txt") + " --tokenizer " +
+                               shell_quote(tmp / "tokens/tokenizer.model") + " --out " + shell_quote(tmp / "ood"));
+  ASSERT_EQ(ood.exit_code, 0) << ood.out;
 
   fs::create_directories(tmp / "text");
   std::ofstream(tmp / "text/base.yaml") << "run:\n  name: text\nmodel:\n  width: 32\n  layers: 1\n  heads: 2\n"
@@ -390,11 +394,28 @@ TEST(Sweep, TextFromTheTokenizerToBitsPerByteStatsAndPlots) {
   std::ofstream(tmp / "text/affine.yaml") << "inherit: base.yaml\nrun:\n  name: text-affine\nmodel:\n  attention:\n"
                                              "    coupling:\n      kind: affine\n";
   const std::string out = tmp / "sweep";
-  const auto sweep = run_command(sweep_command(tmp.path(), "1-2", out,
-                                               shell_quote(tmp / "text/base.yaml") + " " +
-                                                   shell_quote(tmp / "text/affine.yaml")));
+  const std::string configs_and_eval = shell_quote(tmp / "text/base.yaml") + " " + shell_quote(tmp / "text/affine.yaml") +
+                                       " --eval ood=" + shell_quote(tmp / "ood") + " --metric ood_bpb";
+  const auto sweep = run_command(sweep_command(tmp.path(), "1-2", out, configs_and_eval));
   ASSERT_EQ(sweep.exit_code, 0) << sweep.out;
   EXPECT_NE(sweep.out.find("4 finished, 0 already finished"), std::string::npos) << sweep.out;
+  EXPECT_NE(sweep.out.find("0 not started; 0 evaluations failed"), std::string::npos) << sweep.out;
+  // Every run evaluated on the other text at its final step; the sweep's statistics on that.
+  for (const auto* run : {"text-base/seed1", "text-base/seed2", "text-affine/seed1", "text-affine/seed2"}) {
+    const auto saved = nlohmann::json::parse(read_file(fs::path(out) / run / "evals/ood.json"));
+    EXPECT_EQ(saved["step"], 30) << run;
+    EXPECT_EQ(saved["data"], tmp / "ood") << run;
+    EXPECT_GT(saved["bpb"].get<double>(), 0) << run;
+  }
+  EXPECT_NE(sweep.out.find("## Comparisons on ood_bpb"), std::string::npos) << sweep.out;
+  EXPECT_NE(read_file(fs::path(out) / "stats.csv").find("comparison,text-affine,text,ood_bpb,2,2,"), std::string::npos);
+  // Run again: finished runs are skipped, and only the one that lost its evaluation is evaluated again.
+  fs::remove(fs::path(out) / "text-base/seed1/evals/ood.json");
+  const auto again = run_command(sweep_command(tmp.path(), "1-2", out, configs_and_eval));
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_EQ(count_of(again.out, "eval   "), 1) << again.out;
+  EXPECT_NE(again.out.find("eval   text-base seed 1 on ood"), std::string::npos) << again.out;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "text-base/seed1/evals/ood.json"));
 
   // The mean bits per byte of each variant, from its runs' results.json.
   std::map<std::string, double> mean_bpb;
@@ -434,6 +455,12 @@ TEST(Sweep, RejectsBadUsage) {
   EXPECT_EQ(run_command(script + " --set run.seed=3 " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
   EXPECT_EQ(run_command(script + " /no/such/config.yaml").exit_code, 2);
   EXPECT_EQ(run_command(script + " --cpu-jobs 0 " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 2);
+  for (const std::string eval : {"ood", "test=/tmp", "Ood=/tmp", "ood=/no/such/folder"}) {
+    const auto bad = run_command(script + " --dry-run --eval " + shell_quote(eval) + " " +
+                                 shell_quote(kGrid.string() + "/60m/vanilla.yaml"));
+    EXPECT_EQ(bad.exit_code, 2) << eval;
+    EXPECT_NE(bad.out.find("sweep: --eval '" + eval + "'"), std::string::npos) << bad.out;
+  }
   // Two configs that would share a run folder.
   cqk::testing::TempDir tmp("cqk-sweep-usage");
   fs::create_directories(tmp / "a/x");
