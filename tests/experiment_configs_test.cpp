@@ -159,6 +159,25 @@ TEST(ExperimentConfigs, GridIsComplete) {
   }
 }
 
+// The CPU-scale controls (configs/cpu/) differ from cpu/vanilla-affine only by
+// the coupling kind, and are capacity-matched to it within 5%.
+TEST(ExperimentConfigs, CpuControlsMatchTheAffineCoupling) {
+  const fs::path cpu = fs::path(CQK_SOURCE_DIR) / "configs" / "cpu";
+  const auto affine = cqk::load_config((cpu / "vanilla-affine.yaml").string());
+  const double affine_coupling = cqk::parameter_breakdown(affine.model).coupling;
+  for (const std::string control : {"uncoupled", "noninvertible"}) {
+    SCOPED_TRACE(control);
+    auto c = cqk::load_config((cpu / ("vanilla-" + control + ".yaml")).string());
+    EXPECT_EQ(c.run.name, "cpu-vanilla-" + control);
+    EXPECT_EQ(cqk::to_string(c.model.attention.coupling().kind()), control);
+    EXPECT_NEAR(cqk::parameter_breakdown(c.model).coupling / affine_coupling, 1.0, 0.05);
+    // Everything else as the coupled run it is compared with.
+    c.run.name = affine.run.name;
+    c.model.attention.coupling().kind() = affine.model.attention.coupling().kind();
+    EXPECT_EQ(cqk::to_yaml(c), cqk::to_yaml(affine));
+  }
+}
+
 TEST(ExperimentConfigs, EveryRunOfAScaleTrainsOnTheSameTokens) {
   // Variants of a scale differ only in the model (and the micro-batch split):
   // tokens per step and steps are those of the base.
