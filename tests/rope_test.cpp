@@ -83,7 +83,7 @@ TEST(FusedRope, CudaKernelMatchesFloat64ForwardAndBackward) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const auto x = at::randn({2, 130, 4, 64}, cuda).transpose(1, 2), grad = at::randn({2, 4, 130, 64}, cuda);
   // Else apply_rope takes the ATen ops and this compares ATen with itself.
-  ASSERT_TRUE(cqk::ops::rope_kernel_applies(x)) << "the CUDA RoPE kernel is not compiled in or refuses the shape";
+  ASSERT_TRUE(cqk::ops::rope_kernel_applies(x)) << "CQK_FUSED_ROPE=0, or the CUDA RoPE kernel is not compiled in or refuses the shape";
   ASSERT_TRUE(cqk::ops::rope_kernel_applies(x.to(at::kBFloat16)));
   const auto want = rope(x.to(at::kDouble), grad, 0);
   const auto fp32 = rope(x, grad, 0);
