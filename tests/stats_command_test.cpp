@@ -336,7 +336,8 @@ TEST_F(StatsCommand, ReadRunResultNamesTheFieldAndFile) {
   const auto old = sweep::read_run_result(dir);
   EXPECT_EQ(sweep::metric_value(old, "ood_bpb"), std::nullopt);
   ASSERT_EQ(old.ignored_evaluations.size(), 1u);
-  EXPECT_NE(old.ignored_evaluations[0].find("records no final step"), std::string::npos);
+  EXPECT_EQ(old.ignored_evaluations[0].file, dir / "evals" / "ood.json");
+  EXPECT_NE(old.ignored_evaluations[0].why.find("records no final step"), std::string::npos);
   write_run(dir, "x", 1, 20.0, 21.0);
   EXPECT_EQ(sweep::metric_value(sweep::read_run_result(dir), "ood_bpb"), 1.5);
   const auto run = sweep::read_run_result(dir);

@@ -28,6 +28,12 @@ inline constexpr char kNameKeyedInitialisation[] = "name-keyed";
 // (text data), word_ppl (text with word counts) or seen_loss (the loss over
 // targets seen in training): valid_ppl, test_bpb, wt2_seen_loss, ...
 
+// A file in RUN/evals/ that read_run_result left out, and why.
+struct IgnoredEvaluation {
+  std::filesystem::path file;
+  std::string why;  // "of step 50, not the run's final step 100 (results.json)", ...
+};
+
 struct RunResult {
   std::filesystem::path dir;
   std::string name;
@@ -37,9 +43,8 @@ struct RunResult {
   long long params = 0;
   std::string config_hash;
   std::string initialisation;  // kNameKeyedInitialisation, or empty for older runs
-  // Files in RUN/evals/ left out (not of the run's final step, not named as a
-  // saved evaluation), each as "FILE: why".
-  std::vector<std::string> ignored_evaluations;
+  // Files in RUN/evals/ left out: not of the run's final step, or not named as a saved evaluation.
+  std::vector<IgnoredEvaluation> ignored_evaluations;
 };
 
 struct SweepRuns {

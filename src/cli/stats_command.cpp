@@ -61,6 +61,7 @@ struct Comparison {
 struct Report {
   std::string metric;
   Groups groups;
+  std::vector<std::string> reported_metrics;  // those some finished run has (sweep::reported_metrics)
   std::vector<fs::path> unfinished;
   std::vector<Comparison> comparisons;
   std::vector<std::string> notes;
@@ -83,13 +84,6 @@ std::string mean_sd(const std::vector<sweep::RunResult>& runs, const std::string
   return values.size() < runs.size() ? m + " (n=" + std::to_string(values.size()) + ")" : m;
 }
 
-// The metrics that at least one finished run has (sweep::reported_metrics' order).
-std::vector<std::string> reported_metrics(const Groups& groups) {
-  std::vector<sweep::RunResult> runs;
-  for (const auto& [name, group] : groups) runs.insert(runs.end(), group.begin(), group.end());
-  return sweep::reported_metrics(runs);
-}
-
 // The metric of every run of a variant; an error names a run without it.
 std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, const std::string& metric) {
   const std::string evaluation = sweep::metric_evaluation(metric);
@@ -98,7 +92,7 @@ std::vector<double> compared_values(const std::vector<sweep::RunResult>& runs, c
     if (!sweep::is_run_evaluation(evaluation)) {
       const auto file = sweep::saved_evaluation_path(run.dir, evaluation);
       const bool ignored = std::any_of(run.ignored_evaluations.begin(), run.ignored_evaluations.end(),
-                                       [&](const std::string& note) { return note.rfind(file.string() + ":", 0) == 0; });
+                                       [&](const sweep::IgnoredEvaluation& e) { return e.file == file; });
       const std::string why =
           ignored            ? file.string() + " is not of its final step; evaluate it again: `cqk eval " +
                                    run.dir.string() + " --data DIR --save " + evaluation + "`"
@@ -243,8 +237,10 @@ Report build_report(const StatsOptions& options) {
                              " (unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
   }
   report.groups = sweep::group_by_variant(runs.finished);
+  report.reported_metrics = sweep::reported_metrics(runs.finished);
   for (const auto& run : runs.finished)
-    for (const auto& ignored : run.ignored_evaluations) report.notes.push_back("not used: " + ignored);
+    for (const auto& ignored : run.ignored_evaluations)
+      report.notes.push_back("not used: " + ignored.file.string() + ": " + ignored.why);
   warn_about_repeated_seeds(report.groups);
   for (const auto& pair : choose_pairs(options, report)) {
     report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
@@ -312,7 +308,7 @@ std::string render_markdown(const Report& report) {
   std::ostringstream out;
   std::size_t finished = 0;
   for (const auto& [name, runs] : report.groups) finished += runs.size();
-  const auto metrics = reported_metrics(report.groups);
+  const auto& metrics = report.reported_metrics;
   out << "## Variants (" << finished << " finished runs)\n\n| variant | n |";
   for (const auto& metric : metrics) out << " " << metric << " mean ± sd |";
   out << "\n|---|--:|";
@@ -366,7 +362,7 @@ std::string render_csv(const Report& report) {
   std::ostringstream out;
   out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
          "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed\n";
-  const auto metrics = reported_metrics(report.groups);
+  const auto& metrics = report.reported_metrics;
   for (const auto& [name, runs] : report.groups) {
     for (const auto& metric : metrics) {
       const auto values = sweep::metric_values(runs, metric);

@@ -129,7 +129,7 @@ void read_saved_evaluations(RunResult& r) {
   for (const auto& file : files) {
     const std::string name = file.stem().string();
     if (const auto problem = evaluation_name_problem(name)) {
-      r.ignored_evaluations.push_back(file.string() + ": not a saved evaluation (" + *problem + ")");
+      r.ignored_evaluations.push_back({file, "not a saved evaluation (" + *problem + ")"});
       continue;
     }
     const json j = read_json(file);
@@ -137,12 +137,12 @@ void read_saved_evaluations(RunResult& r) {
       if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
       const auto step = field<long long>(j, "step", &json::is_number_integer, "an integer");
       if (r.steps == 0) {
-        r.ignored_evaluations.push_back(file.string() + ": results.json records no final step to check it against");
+        r.ignored_evaluations.push_back({file, "results.json records no final step to check it against"});
         continue;
       }
       if (step != r.steps) {
-        r.ignored_evaluations.push_back(file.string() + ": of step " + std::to_string(step) +
-                                        ", not the run's final step " + std::to_string(r.steps) + " (results.json)");
+        r.ignored_evaluations.push_back({file, "of step " + std::to_string(step) + ", not the run's final step " +
+                                                   std::to_string(r.steps) + " (results.json)"});
         continue;
       }
       for (const auto& m : measures())
