@@ -301,6 +301,29 @@ TEST_F(StatsCommand, ComparesEvaluationsSavedForTheFinalStep) {
   EXPECT_EQ(std::count(bad_metric.out.begin(), bad_metric.out.end(), '\n'), 1) << bad_metric.out;
 }
 
+// error is 1 - accuracy, so lower is better as for every measure: with
+// accuracy = 1 - test_ppl / 100 its Welch test is test_ppl's, scaled. A
+// forgotten complement would flip the sign of Δ and t.
+TEST_F(StatsCommand, ComparesTheErrorAsOneMinusTheAccuracy) {
+  write_sweep();
+  for (const auto& run : sweep::find_runs({root_ / "sweep"}).finished) {
+    auto results = nlohmann::json::parse(read_file(run.dir / "results.json"));
+    results["test"] = {{"accuracy", 1 - results["test_ppl"].get<double>() / 100}};
+    std::ofstream(run.dir / "results.json") << results.dump();
+  }
+  const auto csv = root_ / "error.csv", ppl_csv = root_ / "ppl.csv";
+  const auto r = run_tool(path(root_ / "sweep") + " --metric test_error --csv " + path(csv));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(run_tool(path(root_ / "sweep") + " --metric test_ppl --csv " + path(ppl_csv)).exit_code, 0);
+  const auto error = csv_row(read_file(csv), "comparison,diff-affine-150m,diff-150m");
+  const auto ppl = csv_row(read_file(ppl_csv), "comparison,diff-affine-150m,diff-150m");
+  EXPECT_NEAR(number(error, "mean_diff"), (21.5 + 21.7 + 22.0 - 22.0 - 22.4 - 22.6) / 3 / 100, 1e-12);
+  for (const char* column : {"t", "df", "p_one_sided", "hedges_g"}) {
+    EXPECT_NEAR(number(error, column), number(ppl, column), 1e-9) << column;
+  }
+  EXPECT_NEAR(number(csv_row(read_file(csv), "variant,vanilla-150m,,test_error"), "mean"), (0.24 + 0.244) / 2, 1e-12);
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");
@@ -400,7 +423,8 @@ TEST(StatsSweep, AutomaticPairsNeedTheBaseToExist) {
 
 TEST(StatsSweep, ChecksMetricNames) {
   for (const std::string metric : {"valid_ppl", "test_ppl", "valid_bpb", "test_bpb", "valid_word_ppl",
-                                   "test_word_ppl", "valid_seen_loss", "test_seen_loss", "wt2_bpb", "ood-2_seen_loss"}) {
+                                   "test_word_ppl", "valid_seen_loss", "test_seen_loss", "wt2_bpb", "ood-2_seen_loss",
+                                   "test_error", "wt2_error"}) {
     EXPECT_NO_THROW(sweep::check_metric_name(metric)) << metric;
   }
   for (const std::string metric : {"loss", "valid_loss", "valid", "wt2", "_bpb", "wt2_", "Wt2_bpb", "-x_bpb",

@@ -25,8 +25,9 @@ inline constexpr char kNameKeyedInitialisation[] = "name-keyed";
 // better for each. EVALUATION is one of the run's final evaluations in
 // results.json (valid, test) or an evaluation saved with `cqk eval --save
 // NAME` (RUN/evals/NAME.json, e.g. out-of-domain text); MEASURE is ppl, bpb
-// (text data), word_ppl (text with word counts) or seen_loss (the loss over
-// targets seen in training): valid_ppl, test_bpb, wt2_seen_loss, ...
+// (text data), word_ppl (text with word counts), seen_loss (the loss over
+// targets seen in training) or error (1 - accuracy): valid_ppl, test_bpb,
+// wt2_seen_loss, test_error, ...
 
 // A file in RUN/evals/ that read_run_result left out, and why.
 struct IgnoredEvaluation {

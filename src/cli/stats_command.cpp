@@ -425,8 +425,9 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--metric", options->metric,
                   "Metric the comparisons test (lower is better), EVALUATION_MEASURE: EVALUATION valid or test (the "
                   "run's final evaluations) or NAME (an evaluation saved by `cqk eval --save NAME`); MEASURE ppl "
-                  "(perplexity per token), bpb (bits per byte), word_ppl (word-level perplexity) or seen_loss (the "
-                  "loss over targets seen in training): valid_ppl, test_bpb, NAME_bpb, ...")
+                  "(perplexity per token), bpb (bits per byte), word_ppl (word-level perplexity), seen_loss (the "
+                  "loss over targets seen in training) or error (1 - accuracy): valid_ppl, test_bpb, NAME_bpb, "
+                  "test_error, ...")
       ->check(option_check(sweep::check_metric_name))
       ->type_name("METRIC")
       ->capture_default_str();

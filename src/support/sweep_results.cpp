@@ -36,11 +36,15 @@ T field(const json& object, const char* key, bool (json::*has_type)() const noex
 struct Measure {
   const char* name;
   std::vector<const char*> path;
+  bool complement = false;  // the measure is 1 - the number there, so that lower is better for every measure
 };
 
 const std::vector<Measure>& measures() {
-  static const std::vector<Measure> table = {
-      {"ppl", {"ppl"}}, {"bpb", {"bpb"}}, {"word_ppl", {"word_ppl"}}, {"seen_loss", {"seen", "loss"}}};
+  static const std::vector<Measure> table = {{"ppl", {"ppl"}},
+                                             {"bpb", {"bpb"}},
+                                             {"word_ppl", {"word_ppl"}},
+                                             {"seen_loss", {"seen", "loss"}},
+                                             {"error", {"accuracy"}, true}};
   return table;
 }
 
@@ -79,6 +83,13 @@ std::optional<double> number_at(const json& object, const std::vector<const char
   return at->get<double>();
 }
 
+// `measure` of an evaluation object, absent when the object lacks it.
+std::optional<double> measure_value(const json& evaluation, const Measure& measure, const std::string& prefix) {
+  const auto value = number_at(evaluation, measure.path, prefix);
+  if (value && measure.complement) return 1.0 - *value;
+  return value;
+}
+
 RunResult parse_result(const json& j, const fs::path& dir) {
   if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
   RunResult r;
@@ -97,7 +108,7 @@ RunResult parse_result(const json& j, const fs::path& dir) {
     if (!split->is_object())
       throw std::runtime_error(std::string("\"") + evaluation + "\" must be an object, not " + split->type_name());
     for (auto m = measures().begin() + 1; m != measures().end(); ++m)
-      if (const auto v = number_at(*split, m->path, evaluation)) r.metrics[joined_name(evaluation, *m)] = *v;
+      if (const auto v = measure_value(*split, *m, evaluation)) r.metrics[joined_name(evaluation, *m)] = *v;
   }
   r.steps = field<long long>(j, "steps", &json::is_number_integer, "an integer", 0LL);
   r.params = field<long long>(j, "params", &json::is_number_integer, "an integer", 0LL);
@@ -146,7 +157,7 @@ void read_saved_evaluations(RunResult& r) {
         continue;
       }
       for (const auto& m : measures())
-        if (const auto v = number_at(j, m.path, "")) r.metrics[joined_name(name, m)] = *v;
+        if (const auto v = measure_value(j, m, "")) r.metrics[joined_name(name, m)] = *v;
     } catch (const std::exception& e) {
       throw std::runtime_error(file.string() + ": " + e.what());
     }
