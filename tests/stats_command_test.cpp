@@ -324,6 +324,43 @@ TEST_F(StatsCommand, ComparesTheErrorAsOneMinusTheAccuracy) {
   EXPECT_NEAR(number(csv_row(read_file(csv), "variant,vanilla-150m,,test_error"), "mean"), (0.24 + 0.244) / 2, 1e-12);
 }
 
+// A saved evaluation's NAME must mean one text in every run: another split or
+// another amount of text under the same NAME stops stats, naming both files.
+TEST_F(StatsCommand, StopsWhenASavedEvaluationDiffersBetweenRuns) {
+  write_sweep(true);
+  std::vector<fs::path> files;
+  for (const auto& run : sweep::find_runs({root_ / "sweep"}).finished) {
+    fs::create_directories(run.dir / "evals");
+    files.push_back(run.dir / "evals" / "wt2.json");
+  }
+  const auto save = [](const fs::path& file, const std::string& split, long long bytes) {
+    std::ofstream(file) << nlohmann::json{{"step", 100}, {"split", split}, {"data", "data/wt2"},
+                                          {"bytes", bytes}, {"tokens", 500}, {"bpb", 1.5}}
+                               .dump();
+  };
+  for (const auto& file : files) save(file, "valid", 1000);
+  ASSERT_EQ(run_tool(path(root_ / "sweep")).exit_code, 0);
+
+  save(files.back(), "test", 1000);
+  const auto split = run_tool(path(root_ / "sweep") + " --metric valid_ppl");
+  EXPECT_EQ(split.exit_code, 2);
+  EXPECT_NE(split.out.find("saved evaluation 'wt2' differs in split between runs: " + files.front().string() +
+                           " (valid of data/wt2, 1000 bytes) and " + files.back().string() +
+                           " (test of data/wt2, 1000 bytes)"),
+            std::string::npos)
+      << split.out;
+  EXPECT_EQ(std::count(split.out.begin(), split.out.end(), '\n'), 1) << split.out;
+
+  save(files.back(), "valid", 999);
+  const auto bytes = run_tool(path(root_ / "sweep"));
+  EXPECT_EQ(bytes.exit_code, 2);
+  EXPECT_NE(bytes.out.find("differs in bytes"), std::string::npos) << bytes.out;
+
+  // Files that record no split or size (older ones) are not compared on them.
+  std::ofstream(files.back()) << R"({"step": 100, "bpb": 1.5})";
+  EXPECT_EQ(run_tool(path(root_ / "sweep")).exit_code, 0);
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");

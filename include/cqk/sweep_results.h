@@ -35,6 +35,16 @@ struct IgnoredEvaluation {
   std::string why;  // "of step 50, not the run's final step 100 (results.json)", ...
 };
 
+// What a saved evaluation evaluated, as its file records it; fields an older
+// file lacks stay empty or 0.
+struct SavedEvaluationSource {
+  std::filesystem::path file;
+  std::string split;     // valid or test
+  std::string data;      // the folder as `cqk eval --data` was given it, or the run's own
+  long long bytes = 0;   // UTF-8 bytes of the targets (text data)
+  long long tokens = 0;  // targets
+};
+
 struct RunResult {
   std::filesystem::path dir;
   std::string name;
@@ -46,6 +56,7 @@ struct RunResult {
   std::string initialisation;  // kNameKeyedInitialisation, or empty for older runs
   // Files in RUN/evals/ left out: not of the run's final step, or not named as a saved evaluation.
   std::vector<IgnoredEvaluation> ignored_evaluations;
+  std::map<std::string, SavedEvaluationSource> saved_evaluations;  // the ones used, by name
 };
 
 struct SweepRuns {
@@ -75,6 +86,11 @@ void check_evaluation_name(const std::string& name);
 // or two levels below it (sweep/run or sweep/variant/run). A run reached twice
 // counts once. Throws std::runtime_error for a root that is not a directory.
 SweepRuns find_runs(const std::vector<std::filesystem::path>& roots);
+
+// A saved evaluation's NAME stands for one text in every run: throws
+// std::runtime_error naming two runs whose NAME evaluated another split or
+// another amount of text (bytes, or targets where bytes are not recorded).
+void check_saved_evaluations_agree(const std::vector<RunResult>& runs);
 
 // Finished runs grouped by variant name (map order: sorted by name).
 std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs);

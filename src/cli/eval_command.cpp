@@ -75,7 +75,7 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--save", args->save,
                    "Also write the evaluation to RUN_DIR/evals/NAME.json (replacing one of that name), where `cqk "
                    "stats` finds it as the metrics NAME_ppl, NAME_bpb, NAME_word_ppl, NAME_seen_loss and NAME_error "
-                   "of the run's final step")
+                   "of the run's final step; save one NAME from one folder and split for every run")
       ->type_name("NAME")
       ->check(option_check(sweep::check_evaluation_name));
   eval->add_flag("--json", args->json, "Print one JSON object instead of a line of text");

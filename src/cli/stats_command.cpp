@@ -236,6 +236,7 @@ Report build_report(const StatsOptions& options) {
     throw std::runtime_error("no results.json found under" + roots +
                              " (unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
   }
+  sweep::check_saved_evaluations_agree(runs.finished);
   report.groups = sweep::group_by_variant(runs.finished);
   report.reported_metrics = sweep::reported_metrics(runs.finished);
   for (const auto& run : runs.finished)

@@ -158,6 +158,10 @@ void read_saved_evaluations(RunResult& r) {
       }
       for (const auto& m : measures())
         if (const auto v = measure_value(j, m, "")) r.metrics[joined_name(name, m)] = *v;
+      r.saved_evaluations[name] = {file, field<std::string>(j, "split", &json::is_string, "a string", std::string()),
+                                   field<std::string>(j, "data", &json::is_string, "a string", std::string()),
+                                   field<long long>(j, "bytes", &json::is_number_integer, "an integer", 0LL),
+                                   field<long long>(j, "tokens", &json::is_number_integer, "an integer", 0LL)};
     } catch (const std::exception& e) {
       throw std::runtime_error(file.string() + ": " + e.what());
     }
@@ -179,6 +183,26 @@ void collect_run_dirs(const fs::path& dir, int levels, std::map<fs::path, fs::pa
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_directory()) collect_run_dirs(entry.path(), levels - 1, found);
   }
+}
+
+// Why a and b are not evaluations of one text; nothing when they may be (a
+// field either file lacks is not compared).
+std::optional<std::string> source_difference(const SavedEvaluationSource& a, const SavedEvaluationSource& b) {
+  if (!a.split.empty() && !b.split.empty() && a.split != b.split) return "split";
+  if (a.bytes > 0 && b.bytes > 0) {
+    if (a.bytes != b.bytes) return "bytes";
+  } else if (a.tokens > 0 && b.tokens > 0 && a.tokens != b.tokens) {
+    return "tokens";
+  }
+  return std::nullopt;
+}
+
+std::string describe_source(const SavedEvaluationSource& s) {
+  const std::string amount = s.bytes > 0    ? std::to_string(s.bytes) + " bytes"
+                             : s.tokens > 0 ? std::to_string(s.tokens) + " tokens"
+                                            : "size not recorded";
+  return s.file.string() + " (" + (s.split.empty() ? "split not recorded" : s.split) + " of " +
+         (s.data.empty() ? "data not recorded" : s.data) + ", " + amount + ")";
 }
 
 }  // namespace
@@ -230,6 +254,20 @@ SweepRuns find_runs(const std::vector<fs::path>& roots) {
     return std::tie(a.name, a.seed, a.dir) < std::tie(b.name, b.seed, b.dir);
   });
   return runs;
+}
+
+void check_saved_evaluations_agree(const std::vector<RunResult>& runs) {
+  std::map<std::string, const SavedEvaluationSource*> first;
+  for (const auto& run : runs) {
+    for (const auto& [name, source] : run.saved_evaluations) {
+      const auto [it, inserted] = first.emplace(name, &source);
+      if (inserted) continue;
+      if (const auto field = source_difference(*it->second, source))
+        throw std::runtime_error("saved evaluation '" + name + "' differs in " + *field + " between runs: " +
+                                 describe_source(*it->second) + " and " + describe_source(source) +
+                                 "; save one NAME from one folder and split for every run");
+    }
+  }
 }
 
 std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs) {
