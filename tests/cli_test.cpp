@@ -159,6 +159,8 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
   const auto first = run_tool(study, dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   EXPECT_NE(first.out.find("(2 seeds: mean ± sd)"), std::string::npos) << first.out;
+  // Seeds outer, so that a study cut short holds whole seeds of every grid point.
+  EXPECT_NE(first.err.find("recall run 2/4: p2-t12-d16-vanilla-affine seed 1"), std::string::npos) << first.err;
   const std::string table = read_file(dir / "study/recall_accuracy.md");
   EXPECT_NE(table.find("| pairs | seq_len | width | vanilla+none | vanilla+affine |"), std::string::npos) << table;
   EXPECT_TRUE(std::regex_search(table, std::regex(R"(\| 2 \| 12 \| 16 \| [01]\.\d{3} ± \d\.\d{3} \| [01]\.\d{3} ± \d\.\d{3} \|)")))

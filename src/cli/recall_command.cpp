@@ -122,8 +122,9 @@ void add_recall_command(CLI::App& app) {
       std::string dir;
     };
     std::vector<Run> runs;
-    for (const auto& point : grid) {
-      for (const auto seed : args->seeds) {
+    // Seeds outer: a study cut short holds whole seeds of every grid point, the pairs `cqk stats` compares.
+    for (const auto seed : args->seeds) {
+      for (const auto& point : grid) {
         auto overrides = args->overrides;
         overrides.insert(overrides.end(),
                          {"data.kind=recall", "data.recall.pairs=" + std::to_string(point.pairs),
