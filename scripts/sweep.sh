@@ -40,7 +40,8 @@ usage: scripts/sweep.sh [options] CONFIG|FOLDER...
   --eval NAME=DIR    after each run, evaluate it on token folder DIR (encoded with the runs' tokenizer)
                      as cqk stats metrics NAME_ppl, NAME_bpb, ... (repeatable; cqk eval --save NAME)
   --compare V:B      pair for cqk stats (repeatable; default: its automatic coupled-vs-base pairs)
-  --metric M         metric of the final cqk stats, e.g. test_bpb or NAME_bpb (default: valid_ppl)
+  --metric M         metric of the final cqk stats, e.g. test_bpb or NAME_bpb of an --eval NAME
+                     (default: valid_ppl; checked before anything trains)
   --no-stats         do not run cqk stats at the end
   --dry-run          print what each job would do, run nothing
   -h, --help         this text
@@ -102,6 +103,22 @@ for e in "${evals[@]}"; do
     die "--eval '$e': expected NAME=DIR, NAME of lowercase letters, digits and '-', not valid or test"
   [[ -f "${BASH_REMATCH[2]}/valid.bin" ]] || die "--eval '$e': ${BASH_REMATCH[2]}/valid.bin not found (cqk data encode)"
 done
+
+if [[ -n "$metric" ]]; then
+  # A metric of a saved evaluation needs its --eval: the sweep evaluates nothing else.
+  evaluation="${metric%%_*}"
+  [[ "$evaluation" == valid || "$evaluation" == test ]] || printf '%s\n' "${evals[@]}" | grep -q "^$evaluation=" ||
+    die "--metric '$metric': $evaluation is neither valid, test nor the NAME of an --eval NAME=DIR"
+  if [[ -x "$CQK" ]]; then
+    # The metric names are cqk's (sweep::check_metric_name): on an empty folder, cqk stats fails
+    # on the metric when the name is bad, and only on the missing runs otherwise.
+    probe="$(mktemp -d "${TMPDIR:-/tmp}/cqk-sweep-metric.XXXXXX")" || die "mktemp failed"
+    problem="$("$CQK" stats "$probe" --metric "$metric" 2>&1 | grep -m1 'unknown metric')"
+    rmdir "$probe"
+    problem="${problem#*--metric: }"
+    [[ -z "$problem" ]] || die "--metric: ${problem% (see cqk --help)}"
+  fi
+fi
 
 # Seeds: "1,2,3", "1-6", "1,4-6".
 seeds=()

@@ -478,6 +478,23 @@ TEST(Sweep, RejectsBadUsage) {
     EXPECT_EQ(bad.exit_code, 2) << eval;
     EXPECT_NE(bad.out.find("sweep: --eval '" + eval + "'"), std::string::npos) << bad.out;
   }
+  // A metric cqk stats does not know, or of an evaluation the sweep does not make, stops it before it trains.
+  const std::string with_tool = "CQK_BIN=" + shell_quote(CQK_TOOL) + " " + script + " --dry-run --metric ";
+  const auto unknown = run_command(with_tool + "test_bpbb " + shell_quote(kGrid.string() + "/60m/vanilla.yaml"));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.out.find("sweep: --metric: unknown metric 'test_bpbb' (expected EVALUATION_MEASURE"),
+            std::string::npos)
+      << unknown.out;
+  cqk::testing::TempDir ood("cqk-sweep-metric");
+  std::ofstream(ood / "valid.bin") << "";
+  const auto no_eval = run_command(with_tool + "wt2_bpb --eval ood=" + shell_quote(ood.path()) + " " +
+                                   shell_quote(kGrid.string() + "/60m/vanilla.yaml"));
+  EXPECT_EQ(no_eval.exit_code, 2);
+  EXPECT_NE(no_eval.out.find("sweep: --metric 'wt2_bpb': wt2 is neither valid, test nor the NAME of an --eval"),
+            std::string::npos)
+      << no_eval.out;
+  EXPECT_EQ(run_command(with_tool + "test_error " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 0);
+
   // Two configs that would share a run folder.
   cqk::testing::TempDir tmp("cqk-sweep-usage");
   fs::create_directories(tmp / "a/x");
