@@ -60,8 +60,9 @@ TEST(Attention, CouplingAtInitLeavesEveryMechanismExactlyUnchanged) {
     Attention base(small(kind));
     const auto x = at::randn({2, 9, 32});
     const auto expected = base->forward(x);
-    for (auto coupling : {CouplingKind::Affine, CouplingKind::NonInvertible, CouplingKind::Uncoupled,
-                          CouplingKind::Dynamics}) {
+    // Every coupling kind of the table (none included: trivially the base), so a new kind is covered.
+    for (const auto& coupling_name : cqk::coupling_kind_names()) {
+      const auto coupling = cqk::parse_coupling_kind(coupling_name);
       Attention coupled(small(kind, coupling));
       copy_shared_parameters(base, coupled);
       EXPECT_TRUE(at::equal(coupled->forward(x), expected))
