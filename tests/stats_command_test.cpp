@@ -361,6 +361,25 @@ TEST_F(StatsCommand, StopsWhenASavedEvaluationDiffersBetweenRuns) {
   EXPECT_EQ(run_tool(path(root_ / "sweep")).exit_code, 0);
 }
 
+// Runs that all end alike (a recall task every seed solves: error 0) leave
+// nothing to test; the report still comes, with the pair noted, and the
+// other comparisons stand.
+TEST_F(StatsCommand, APairWithoutSpreadIsNotedAndTheReportStillComes) {
+  write_sweep();
+  for (int seed = 0; seed < 3; ++seed) {
+    write_run(root_ / "sweep" / ("flat-s" + std::to_string(seed)), "flat", seed, 20.0, 20.0);
+    write_run(root_ / "sweep" / ("flat-affine-s" + std::to_string(seed)), "flat-affine", seed, 19.0, 19.0);
+  }
+  const auto r = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Note: not compared: flat-affine vs flat: every run of each has the same valid_ppl (19 and 20), "
+                       "no spread to test a difference against"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| flat-affine | 3 | 19.000 ± 0.000 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| diff-affine-150m | diff-150m | 3 vs 3 |"), std::string::npos) << r.out;
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");

@@ -190,6 +190,11 @@ std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& varian
   return p;
 }
 
+// A pair whose runs all have one value per variant: nothing to test, only to note.
+struct NoVariance : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 Comparison compare(const Groups& groups, const Pair& pair, const std::string& metric, bool unpaired) {
   const auto a = compared_values(groups.at(pair.first), metric);
   const auto b = compared_values(groups.at(pair.second), metric);
@@ -202,6 +207,10 @@ Comparison compare(const Groups& groups, const Pair& pair, const std::string& me
     c.mean_difference = stats::mean(a) - stats::mean(b);
     c.welch = stats::welch_t_test(a, b);
     c.hedges_g = stats::hedges_g(a, b);
+  } catch (const std::domain_error&) {
+    throw NoVariance(pair.first + " vs " + pair.second + ": every run of each has the same " + metric + " (" +
+                     format("%.6g", stats::mean(a)) + " and " + format("%.6g", stats::mean(b)) +
+                     "), no spread to test a difference against");
   } catch (const std::exception& e) {
     throw std::runtime_error(pair.first + " vs " + pair.second + ": " + e.what());
   }
@@ -244,7 +253,12 @@ Report build_report(const StatsOptions& options) {
       report.notes.push_back("not used: " + ignored.file.string() + ": " + ignored.why);
   warn_about_repeated_seeds(report.groups);
   for (const auto& pair : choose_pairs(options, report)) {
-    report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
+    try {
+      report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
+    } catch (const NoVariance& e) {
+      report.notes.push_back(std::string("not compared: ") + e.what());
+      continue;
+    }
     if (!report.comparisons.back().paired_note.empty()) report.notes.push_back(report.comparisons.back().paired_note);
   }
   const int m = static_cast<int>(report.comparisons.size());
