@@ -189,6 +189,26 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
   expect_one_error_line(run_tool(study + " --seeds 1,1", dir.path()), "--seeds: a value appears twice");
 }
 
+// A run that diverges has no accuracy: it is left out of the tables (not
+// counted as 0), named in one error line, and the study exits 3 as a
+// diverged `cqk train` does.
+TEST(CliTool, RecallStudyLeavesDivergedRunsOutOfTheTables) {
+  cqk::testing::TempDir dir("cqk-recall-diverged");
+  const auto study = run_tool(
+      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention vanilla --coupling none --seeds 1"
+      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
+      " --set data.recall.eval_examples=8 --set train.steps=3 --set train.warmup_steps=1 --set train.eval_every=100"
+      " --set train.checkpoint_every=100 --set train.device=cpu --set train.lr=1e30 --set train.grad_clip=0 --out " +
+          dir / "study",
+      dir.path());
+  EXPECT_EQ(study.exit_code, 3) << study.out << study.err;
+  EXPECT_NE(study.err.find("1 run(s) diverged and are not in the tables: p2-t12-d16-vanilla-none seed 1"),
+            std::string::npos)
+      << study.err;
+  EXPECT_NE(read_file(dir / "study/recall_accuracy.md").find("| 2 | 12 | 16 | diverged |"), std::string::npos);
+  EXPECT_EQ(read_file(dir / "study/recall_accuracy.csv"), "pairs,seq_len,width,attention,coupling,seed,test_accuracy\n");
+}
+
 TEST(CliTool, InspectPrintsTheModel) {
   cqk::testing::TempDir dir("cqk-cli");
   const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };

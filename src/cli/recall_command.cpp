@@ -36,12 +36,15 @@ struct GridPoint {
   }
 };
 
-// "0.912" for one seed, "0.912 ± 0.031" (sample sd) for several.
-std::string format_accuracy(const std::vector<double>& accuracies) {
+// "0.912" for one seed, "0.912 ± 0.031" (sample sd) for several; the count
+// of seeds when some of the `seeds` runs diverged, "diverged" when all did.
+std::string format_accuracy(const std::vector<double>& accuracies, size_t seeds) {
   char text[48];
+  if (accuracies.empty()) return "diverged";
   if (accuracies.size() == 1) std::snprintf(text, sizeof text, "%.3f", accuracies[0]);
   else std::snprintf(text, sizeof text, "%.3f ± %.3f", stats::mean(accuracies), stats::sample_sd(accuracies));
-  return text;
+  if (accuracies.size() == seeds) return text;
+  return text + (" (" + std::to_string(accuracies.size()) + " of " + std::to_string(seeds) + " seeds)");
 }
 
 // Test accuracy of a run that finished with this config (its results.json), or
@@ -141,6 +144,7 @@ void add_recall_command(CLI::App& app) {
 
     std::filesystem::create_directories(args->out);
     std::map<std::string, std::vector<double>> accuracy;  // grid point name -> test accuracy per seed
+    std::vector<std::string> diverged;
     std::ostringstream csv;
     csv << "pairs,seq_len,width,attention,coupling,seed,test_accuracy\n";
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -159,6 +163,11 @@ void add_recall_command(CLI::App& app) {
         if (summary.outcome == TrainOutcome::Interrupted) {
           exit_status() = exit_code(summary.outcome);
           return;
+        }
+        if (summary.outcome == TrainOutcome::Diverged) {  // no accuracy to report: out of the table, and counted
+          log::warn(label + " diverged: left out of the tables (running the study again retries it)");
+          diverged.push_back(run.point->name() + " seed " + std::to_string(run.seed));
+          continue;
         }
         acc = summary.test.accuracy;
       }
@@ -182,13 +191,20 @@ void add_recall_command(CLI::App& app) {
           markdown << "| " << pairs << " | " << seq_len << " | " << width << " |";
           for (const auto& a : args->attention)
             for (const auto& c : args->coupling)
-              markdown << " " << format_accuracy(accuracy.at(GridPoint{pairs, seq_len, width, a, c}.name())) << " |";
+              markdown << " " << format_accuracy(accuracy[GridPoint{pairs, seq_len, width, a, c}.name()], args->seeds.size())
+                       << " |";
           markdown << "\n";
         }
     write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.md").string(), markdown.str());
     write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.csv").string(), csv.str());
     std::printf("test accuracy on multi-query associative recall (%zu seed%s%s)\n\n%s\n", args->seeds.size(),
                 args->seeds.size() == 1 ? "" : "s", args->seeds.size() == 1 ? "" : ": mean ± sd", markdown.str().c_str());
+    if (!diverged.empty()) {
+      std::string runs_text;
+      for (const auto& run : diverged) runs_text += (runs_text.empty() ? "" : ", ") + run;
+      log::error(std::to_string(diverged.size()) + " run(s) diverged and are not in the tables: " + runs_text);
+      exit_status() = exit_code(TrainOutcome::Diverged);
+    }
   });
 }
 
