@@ -209,8 +209,10 @@ TEST_F(EvalData, SavedEvaluationsAreMetricsOfTheRun) {
   EXPECT_NE(part.err.find("--save needs the whole split"), std::string::npos) << part.err;
   EXPECT_FALSE(std::filesystem::exists(run_ + "/evals/ood-2.json"));
 
-  // A new run in the folder (the old one's checkpoints gone) takes the old model's evaluations away.
-  ASSERT_EQ(run_command("rm -r " + shell_quote(run_ + "/checkpoints")).exit_code, 0);
+  // A new run in the folder (the old one's checkpoints and results gone: a finished run is refused) takes the old
+  // model's evaluations away.
+  ASSERT_EQ(run_command("rm -r " + shell_quote(run_ + "/checkpoints") + " " + shell_quote(run_ + "/results.json")).exit_code,
+            0);
   const auto again = train();
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_FALSE(std::filesystem::exists(run_ + "/evals")) << again.err;

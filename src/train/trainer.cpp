@@ -178,6 +178,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   if (!options.resume && !list_checkpoints(run_dir).empty())
     throw std::runtime_error(run_dir + ": already holds checkpoints of a run; continue it with `cqk train --resume " +
                              run_dir + "` or choose another run.dir");
+  // A finished run whose checkpoints are gone (deleted for space, keep_checkpoints) still holds its results.
+  if (!options.resume && fs::exists(fs::path(run_dir) / "results.json"))
+    throw std::runtime_error(run_dir + ": already holds a finished run (results.json); choose another run.dir, or "
+                             "remove the folder to train it again");
 
   auto setup = set_up_run(config, dist_env.rank, dist_env.world_size);
   config = std::move(setup.config);
