@@ -276,6 +276,14 @@ TEST_F(HfExport, BadRunFolderWritesNothing) {
   const auto busy = tool("export " + run + " --out " + (dir_ / "tokens"), dir_ / "stderr.txt");
   EXPECT_NE(busy.exit_code, 0);
   EXPECT_NE(busy.err.find("not an empty folder"), std::string::npos) << busy.err;
+
+  // A trailing separator names the same folder, new or made empty by the user.
+  ASSERT_EQ(run_command("mkdir " + (dir_ / "made-empty")).exit_code, 0);
+  for (const std::string name : {"new-folder/", "made-empty/"}) {
+    const auto r = tool("export " + run + " --out " + (dir_ / name), dir_ / "stderr.txt");
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_EQ(run_command("test -f " + (dir_ / name) + "config.json").exit_code, 0) << name;
+  }
 }
 
 }  // namespace

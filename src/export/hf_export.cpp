@@ -78,7 +78,9 @@ void write_folder(TransformerLM& model, const Config& config, const std::optiona
 
 void export_hf(TransformerLM& model, const Config& config, const std::optional<std::string>& tokenizer_path,
                const HfExportSource& source, const std::string& out_dir) {
-  const fs::path out = fs::absolute(out_dir);
+  // "exports/x/" names the folder x: without the trailing separator the staging folder is x's sibling, not its child.
+  fs::path out = fs::absolute(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
   if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)))
     throw std::runtime_error(out_dir + " exists and is not an empty folder; export writes a new folder");
   const fs::path staging = out.parent_path() / ("." + out.filename().string() + ".tmp." + std::to_string(::getpid()));
