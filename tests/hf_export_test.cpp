@@ -244,6 +244,18 @@ TEST_F(HfExport, ReadmeBlockRunsAsPrinted) {
   EXPECT_EQ(trimmed(python.out), trimmed(cqk.out));
 }
 
+// A model with more rows than the tokenizer has pieces (model.vocab_size set
+// larger) samples only ids the tokenizer can decode. Barely trained, it would
+// otherwise pick an id past the tokenizer's 300 for most tokens.
+TEST_F(HfExport, GenerateSamplesOnlyIdsTheTokenizerDecodes) {
+  const std::string run = train("wide-vocab", "--set model.vocab_size=1024 --set train.steps=2 --set train.checkpoint_every=2");
+  for (const char* seed : {"1", "2", "3"}) {
+    const auto r = tool("generate " + run + " --prompt 'the cat' --tokens 40 --temperature 1 --seed " + seed,
+                        dir_ / "stderr.txt");
+    EXPECT_EQ(r.exit_code, 0) << "seed " << seed << ": " << r.err;
+  }
+}
+
 TEST_F(HfExport, BadRunFolderWritesNothing) {
   const std::string run = train("run", "");
   int refusals = 0;

@@ -124,7 +124,9 @@ void add_generate_command(CLI::App& app) {
       const std::size_t start = ids.size() > context ? ids.size() - context : 0;
       const auto window = std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end());
       const auto inputs = at::tensor(window, at::kLong).unsqueeze(0).to(device);
-      const auto logits = model->forward(inputs).select(1, -1).squeeze(0);  // [vocab]
+      auto logits = model->forward(inputs).select(1, -1).squeeze(0);  // [vocab]
+      // model.vocab_size may exceed the tokenizer's (padded for speed); ids past it cannot be decoded.
+      if (tokenizer && logits.size(0) > tokenizer->vocab_size()) logits = logits.narrow(0, 0, tokenizer->vocab_size());
       ids.push_back(sample_next(logits, args->sampling, generator).item<int64_t>());
     }
     if (tokenizer) {
