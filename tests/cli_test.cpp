@@ -94,6 +94,12 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
   EXPECT_EQ(older_line["step"].get<int64_t>(), 3);
   EXPECT_LT(older_line["tokens"].get<int64_t>(), results["valid"]["tokens"].get<int64_t>());
   EXPECT_GT(older_line["ppl"].get<double>(), 1.0);
+  // The same checkpoint named from inside its run's checkpoints/ folder: the run is "..".
+  const auto inside = run_command("cd '" + run + "/checkpoints' && " + CQK_TOOL +
+                                      " eval step-000000003.ckpt --batches 1 --json",
+                                  dir / "stderr.txt");
+  ASSERT_EQ(inside.exit_code, 0) << inside.err;
+  EXPECT_EQ(nlohmann::json::parse(inside.out)["ppl"], older_line["ppl"]);
   expect_one_error_line(tool("eval " + dir / "missing"), "no such run directory or checkpoint");
 
   // Greedy generation: five ids of the vocabulary, the same every time.

@@ -22,8 +22,10 @@ TrainedModel load_trained_model(const std::string& target, const std::string& de
   Config& config = trained.config;
   std::vector<std::string> candidates;  // newest first
   if (fs::is_regular_file(target)) {
-    run_dir = fs::path(target).parent_path().parent_path().string();
-    if (run_dir.empty()) run_dir = ".";
+    // RUN/checkpoints/FILE -> RUN, also for FILE given inside checkpoints/ (-> "..").
+    fs::path run = (fs::path(target).parent_path() / "..").lexically_normal();
+    if (run.filename().empty()) run = run.parent_path();
+    run_dir = run.empty() ? "." : run.string();
     if (!fs::exists(fs::path(run_dir) / "config.yaml"))
       throw std::runtime_error(target + ": expected a checkpoint inside RUN_DIR/checkpoints/, but " + run_dir +
                                " has no config.yaml");
