@@ -248,6 +248,41 @@ TEST(FaultInjection, InterruptAndTerminateSaveACheckpointAndResumeExactly) {
   }
 }
 
+// Ctrl-C during the final evaluation (whole splits: minutes at scale) ends
+// the process at once instead of being ignored until it is over; the last
+// checkpoint is saved by then, so `--resume` only evaluates and writes the
+// results.
+TEST(FaultInjection, InterruptDuringTheFinalEvaluationEndsAtOnceAndResumeFinishes) {
+  TempDir dir("cqk-faults");
+  const std::string run = dir / "final", log = dir / "final.log";
+  auto args = train_args(run);
+  // A held-out set large enough that its evaluation takes seconds, and a short run.
+  for (const std::string set : {"data.recall.eval_examples=16000", "train.steps=20"}) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  Tool tool(args, log);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (read_file(log).find("final evaluation:") == std::string::npos) {
+    ASSERT_FALSE(tool.done()) << "ended before its final evaluation: " << describe(tool.status()) << "\n"
+                              << read_file(log);
+    ASSERT_LT(Clock::now(), deadline) << read_file(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  tool.signal(SIGINT);
+  const int status = tool.wait(10);  // not the whole evaluation
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << describe(status) << "\n" << read_file(log);
+  EXPECT_FALSE(std::ifstream(run + "/results.json").good()) << read_file(log);
+  ASSERT_FALSE(checkpoints(run).empty());
+  EXPECT_EQ(step_of(checkpoints(run).back()), 20);
+
+  Tool resumed(resume_args(run), log);
+  const int resumed_status = resumed.wait();
+  ASSERT_TRUE(WIFEXITED(resumed_status) && WEXITSTATUS(resumed_status) == 0)
+      << describe(resumed_status) << "\n" << read_file(log);
+  EXPECT_NE(read_file(run + "/results.json").find("\"steps\": 20"), std::string::npos) << read_file(run + "/results.json");
+}
+
 // SIGKILL (no chance to save) at three seeded random steps, the first before
 // any checkpoint exists; each time the run is continued the way a user would
 // (`--resume` when it has a checkpoint, else started again), and it still ends

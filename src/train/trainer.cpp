@@ -49,15 +49,20 @@ class StopSignals {
     previous_int_ = std::signal(SIGINT, request_stop);
     previous_term_ = std::signal(SIGTERM, request_stop);
   }
-  ~StopSignals() {
+  ~StopSignals() { release(); }
+  int pending() const { return g_stop_signal.load(); }
+  // From here on a signal does what it did before training (the default: end the process).
+  void release() {
+    if (released_) return;
     std::signal(SIGINT, previous_int_);
     std::signal(SIGTERM, previous_term_);
+    released_ = true;
   }
-  int pending() const { return g_stop_signal.load(); }
 
  private:
   void (*previous_int_)(int);
   void (*previous_term_)(int);
+  bool released_ = false;
 };
 
 }  // namespace
@@ -366,6 +371,16 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   progress.finish();
   if (list_checkpoints(run_dir).empty() || state.step % std::max<int64_t>(config.train.checkpoint_every, 1) != 0)
     save();
+  // The final evaluations read whole splits (minutes at scale). The last checkpoint is saved, so a signal
+  // from here on may end the process at once: `--resume` then only evaluates.
+  if (!dist.enabled() && signals.pending()) {
+    summary.outcome = TrainOutcome::Interrupted;
+    summary.step = state.step;
+    info("interrupted before the final evaluation; checkpoint saved. Finish with: cqk train --resume " + run_dir);
+    return summary;
+  }
+  signals.release();
+  info("final evaluation: the whole valid and test splits");
 
   dist.check_parameters_in_sync(*model);
   summary.valid = evaluate_split(dist, model, *source, Split::Valid, 0, device, tables);
