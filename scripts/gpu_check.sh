@@ -25,7 +25,7 @@
 # Environment: CQK_GPU_BUDGET (seconds, default 450), CQK_GPU_BUILD (default
 # build-gpu), CQK_GPU_SANITIZE=1 (also run the quick checks under
 # compute-sanitizer memcheck and racecheck), OUT (logs and the table are copied
-# there when set).
+# there when set, after every stage).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,6 +54,25 @@ say() { printf '[gpu_check %3ds] %s\n' $((SECONDS - START)) "$*"; }
 note() { SUMMARY+=("$*"); say "$*"; }
 left() { echo $((BUDGET - (SECONDS - START))); }
 fail() { STATUS=1; note "FAIL: $*"; }
+# A stage's time: at most CAP seconds, and RESERVE seconds kept for what comes after it.
+limit() {  # RESERVE CAP
+  local t=$(( $(left) - $1 ))
+  ((t > $2)) && t=$2
+  ((t < 10)) && t=10
+  echo "$t"
+}
+# The logs worth reading, copied to $OUT after every stage and on SIGTERM/SIGINT, so that a
+# call cut short by its time limit still returns those of the stages it finished.
+keep_logs() {
+  [[ -n "${OUT:-}" && -d "${OUT:-}" ]] || return 0
+  # At most 8 files come back from a device machine: the ones worth reading.
+  for f in bench.md train-bench.md gpu-tests.log gpu-checks.log suite.log build.log configure.log standalone-build.log; do
+    [[ -f "$LOGS/$f" ]] && cp "$LOGS/$f" "$OUT/" 2>/dev/null
+  done
+  return 0
+}
+trap 'keep_logs; exit 143' TERM
+trap 'keep_logs; exit 130' INT
 
 # --- the machine ----------------------------------------------------------------
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null; then
@@ -115,16 +134,16 @@ if ((STANDALONE)); then
   MODE=standalone
 else
   say "configuring the full project in $BUILD"
-  if ! cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCQK_CUDA=ON \
+  if ! timeout "$(limit 200 120)" cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCQK_CUDA=ON \
       -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" -DCQK_PYTHON="$PYTHON" \
       -DCQK_KERNEL_ARCHITECTURES="$ARCH" "${EXTRA_CMAKE[@]}" >"$LOGS/configure.log" 2>&1; then
     note "full configure failed, falling back to kernels/standalone: $(grep -m2 -iE 'could not find|not found|error' \
       "$LOGS/configure.log" | tr '\n' ' ' | cut -c1-300)"
     MODE=standalone
   else
-    limit=$(( $(left) - 200 )); ((limit > 330)) && limit=330
-    say "building the full project (-j $JOBS, at most ${limit}s)"
-    if ! timeout "$limit" cmake --build "$BUILD" -j "$JOBS" >"$LOGS/build.log" 2>&1; then
+    build_limit=$(limit 200 330)
+    say "building the full project (-j $JOBS, at most ${build_limit}s)"
+    if ! timeout "$build_limit" cmake --build "$BUILD" -j "$JOBS" >"$LOGS/build.log" 2>&1; then
       tail -25 "$LOGS/build.log"
       note "full build failed or ran out of time (log: $LOGS/build.log), falling back to kernels/standalone"
       MODE=standalone
@@ -138,10 +157,10 @@ BENCH=""
 if [[ "$MODE" == standalone ]]; then
   KBUILD="$BUILD-kernels"
   say "configuring and building kernels/standalone in $KBUILD"
-  if ! cmake -S "$ROOT/kernels/standalone" -B "$KBUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  if ! timeout "$(limit 120 120)" cmake -S "$ROOT/kernels/standalone" -B "$KBUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCQK_KERNEL_ARCHITECTURES="$ARCH" \
       >"$LOGS/standalone-configure.log" 2>&1 ||
-     ! timeout $(( $(left) - 90 )) cmake --build "$KBUILD" -j "$JOBS" >"$LOGS/standalone-build.log" 2>&1; then
+     ! timeout "$(limit 90 600)" cmake --build "$KBUILD" -j "$JOBS" >"$LOGS/standalone-build.log" 2>&1; then
     tail -30 "$LOGS/standalone-configure.log" "$LOGS/standalone-build.log" 2>/dev/null
     fail "the standalone kernels did not build either"
   else
@@ -151,11 +170,12 @@ if [[ "$MODE" == standalone ]]; then
 else
   BENCH="$BUILD/cqk_kernel_bench"
 fi
+keep_logs
 
 # --- GPU tests --------------------------------------------------------------------
 if [[ "$MODE" == full && -x "$BENCH" ]]; then
   say "GPU tests: ctest -R 'Fused|Kernel'"
-  if (cd "$BUILD" && timeout 200 ctest -R 'Fused|Kernel' --output-on-failure --timeout 180) >"$LOGS/gpu-tests.log" 2>&1; then
+  if (cd "$BUILD" && timeout "$(limit 60 200)" ctest -R 'Fused|Kernel' --output-on-failure --timeout 180) >"$LOGS/gpu-tests.log" 2>&1; then
     note "GPU tests pass: $(grep -E 'tests passed' "$LOGS/gpu-tests.log")"
   else
     cat "$LOGS/gpu-tests.log" | tail -60
@@ -164,7 +184,7 @@ if [[ "$MODE" == full && -x "$BENCH" ]]; then
   grep -q "Skipped" "$LOGS/gpu-tests.log" && note "warning: some GPU tests were skipped: $(grep -c Skipped "$LOGS/gpu-tests.log")"
 elif [[ -x "$BENCH" ]]; then
   say "GPU checks: cqk_kernel_bench --check"
-  if timeout 200 "$BENCH" --check >"$LOGS/gpu-checks.log" 2>&1; then
+  if timeout "$(limit 60 200)" "$BENCH" --check >"$LOGS/gpu-checks.log" 2>&1; then
     note "GPU checks pass ($(grep -c '^PASS' "$LOGS/gpu-checks.log") cases; no GoogleTest in standalone mode)"
   else
     grep -v '^PASS' "$LOGS/gpu-checks.log" | tail -60
@@ -183,6 +203,8 @@ if [[ "${CQK_GPU_SANITIZE:-0}" == 1 && -x "$BENCH" ]] && command -v compute-sani
   done
 fi
 
+keep_logs
+
 # --- benchmark --------------------------------------------------------------------
 if [[ -x "$BENCH" ]] && (( $(left) > 60 )); then
   say "benchmark"
@@ -190,6 +212,7 @@ if [[ -x "$BENCH" ]] && (( $(left) > 60 )); then
     cat "$LOGS/bench.err"
     fail "benchmark"
   fi
+  keep_logs
 fi
 
 # --- training throughput (full mode): issue 9's GPU targets ---------------------------
@@ -207,6 +230,7 @@ if [[ "$MODE" == full && -x "$BUILD/cqk" ]] && (( $(left) > 180 )); then
     tail -5 "$LOGS/train-bench.err"
     fail "training benchmark (log: $LOGS/train-bench.err)"
   fi
+  keep_logs
 fi
 
 # --- the whole suite, in the time left (full mode) -----------------------------------
@@ -230,12 +254,7 @@ if [[ "$MODE" == full ]]; then
   fi
 fi
 
-if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
-  # At most 8 files come back from a device machine: the ones worth reading.
-  for f in bench.md train-bench.md gpu-tests.log gpu-checks.log suite.log build.log configure.log standalone-build.log; do
-    [[ -f "$LOGS/$f" ]] && cp "$LOGS/$f" "$OUT/" 2>/dev/null
-  done
-fi
+keep_logs
 
 echo
 echo "=== gpu_check summary ($MODE mode, $((SECONDS - START))s) ==="

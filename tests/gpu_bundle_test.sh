@@ -11,9 +11,12 @@
 #   (timeout) with its processes ended;
 # - SIGTERM and SIGKILL in the middle of a stage leave a report that parses,
 #   with the finished stages in it;
-# - a torch that is not the bundle's exits 3;
+# - a torch that is not the bundle's exits 3; binaries that do not start
+#   (the version stage fails) exit 4 with nothing else run;
 # - without a GPU every stage after the first is SKIPPED;
-# - at most 8 files come out, with names a device machine returns.
+# - at most 8 files come out, with names a device machine returns;
+# - device.sh (the first device call) falls back to gpu_check.sh --standalone
+#   on exit 3 and 4 only, in the call's time left, and restores lost file modes.
 #   tests/gpu_bundle_test.sh scripts/gpu_bundle
 set -euo pipefail
 SRC="$(cd "$1" && pwd)"
@@ -27,7 +30,10 @@ printf 'commit stub\nneeds torch 2.11.0+cu130, GLIBC_2.35, GLIBCXX_3.4.30\n' >"$
 
 cat >"$STUB_TMP/stubs.sh" <<'EOF'
 find_torch() { TORCH_PYTHON=python3 SITE=/nowhere TORCH_VERSION=${STUB_TORCH:-2.11.0+cu130} GPUS=$STUB_GPUS; }
-stage_version() { printf 'cqk 0.1.0\nlibtorch 2.11.0\ngpu 0: Stub GPU\n' >"$STAGE_DIR/version.txt"; }
+stage_version() {
+  [[ -z "${STUB_NO_START:-}" ]] || fail "cqk_tests does not start"
+  printf 'cqk 0.1.0\nlibtorch 2.11.0\ngpu 0: Stub GPU\n' >"$STAGE_DIR/version.txt"
+}
 if [[ -n "${STUB_HANG:-}" ]]; then  # the train stage hangs, with a limit of STUB_HANG seconds
   LIMIT[train]=$STUB_HANG
   stage_train() { sleep 120 & echo $! >"$STUB_TMP/sleeper.pid"; wait; }
@@ -198,6 +204,15 @@ assert "2.11.0+cu130" in report["machine"]["torch_error"] and report["passed"] i
 assert all(v == ("SKIPPED", "not run (torch)") for v in status.values()), status
 '
 
+# The bundle's binaries do not start: nothing else runs, exit 4.
+rc=0; STUB_GPUS=1 STUB_NO_START=1 "$BUNDLE/run.sh" "$STUB_TMP/nostart" >"$STUB_TMP/nostart.out" 2>&1 || rc=$?
+check "$STUB_TMP/nostart" 4 "$rc" '
+assert status["version"] == ("FAILED", "cqk_tests does not start"), status
+for name in ("tests", "kernels", "train_bench", "train"):
+    assert status[name] == ("SKIPPED", "not run: the version stage failed"), status
+assert report["state"] == "finished" and report["passed"] is False
+'
+
 # No GPU: the first stage only.
 rc=0; STUB_GPUS=0 "$BUNDLE/run.sh" "$STUB_TMP/cpu" >"$STUB_TMP/cpu.out" 2>&1 || rc=$?
 check "$STUB_TMP/cpu" 0 "$rc" '
@@ -206,4 +221,30 @@ for name in ("tests", "kernels", "train_bench", "train"):
     assert status[name] == ("SKIPPED", "no CUDA device"), status
 assert report["passed"] is True
 '
+# device.sh: run.sh's status passes through; 3 and 4 fall back to the standalone build in the time left.
+cp "$SRC/device.sh" "$STUB_TMP/device.sh"
+printf '#!/usr/bin/env bash\necho "gpu_check $* budget=$CQK_GPU_BUDGET out=$OUT"\nexit 5\n' >"$STUB_TMP/gpu_check"
+chmod +x "$STUB_TMP/gpu_check"
+for stub_rc in 0 1 3 4; do
+  mkdir -p "$STUB_TMP/dev$stub_rc/bin"
+  printf '#!/usr/bin/env bash\n[[ -x "$(dirname "$0")/bin/tool" ]] || exit 9\nexit %s\n' "$stub_rc" >"$STUB_TMP/dev$stub_rc/run.sh"
+  : >"$STUB_TMP/dev$stub_rc/bin/tool"  # not executable: as after a copy that lost the modes
+  rc=0
+  out="$(CQK_GPU_BUNDLE="$STUB_TMP/dev$stub_rc" CQK_GPU_CHECK="$STUB_TMP/gpu_check" \
+    bash "$STUB_TMP/device.sh" "$STUB_TMP/devout" 360)" || rc=$?
+  if ((stub_rc == 3 || stub_rc == 4)); then
+    [[ $rc == 5 && "$out" == *"gpu_check --standalone budget=34"[0-9]" out=$STUB_TMP/devout"* ]] ||
+      { echo "device.sh after run.sh exit $stub_rc: exit $rc, $out" >&2; exit 1; }
+  else
+    [[ $rc == "$stub_rc" && "$out" != *gpu_check* ]] ||
+      { echo "device.sh after run.sh exit $stub_rc: exit $rc, $out" >&2; exit 1; }
+  fi
+done
+# gpu_check.sh itself parses, and without a GPU stops at once with one line.
+bash -n "$SRC/../gpu_check.sh"
+mkdir -p "$STUB_TMP/nogpu"
+printf '#!/usr/bin/env bash\nexit 9\n' >"$STUB_TMP/nogpu/nvidia-smi"
+chmod +x "$STUB_TMP/nogpu/nvidia-smi"
+rc=0; out="$(PATH="$STUB_TMP/nogpu:$PATH" CQK_GPU_BUILD="$STUB_TMP/gpu-build" bash "$SRC/../gpu_check.sh" --standalone 2>&1)" || rc=$?
+[[ $rc == 2 && "$out" == *"nvidia-smi finds no GPU"* ]] || { echo "gpu_check.sh without a GPU: exit $rc, $out" >&2; exit 1; }
 echo "gpu_bundle_test: ok"

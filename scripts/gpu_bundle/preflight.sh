@@ -45,15 +45,15 @@ say "carried: working tree $((tree >> 20)) MiB + bundle $((bundle >> 20)) MiB of
 cat <<EOF
 
 Device call 1 (the stages' limits add up to 300 s; the machine's start, a minute or two, comes on top;
-exit 3: no torch or not the bundle's, so the kernels are built there and checked instead):
+run.sh exit 3 or 4, the bundle cannot run there: the kernels are built there and checked instead, in the
+call's time left):
 
-  run(command='bash $CARRY/run.sh "\$OUT"; rc=\$?; if [ \$rc = 3 ]; then CQK_GPU_BUDGET=330 scripts/gpu_check.sh --standalone; rc=\$?; fi; exit \$rc',
-      carry=["$CARRY"], timeout_s=360)
+  run(command='bash scripts/gpu_bundle/device.sh "\$OUT" 360', carry=["$CARRY"], timeout_s=360)
 
 Device call 2, only if status's budget_left_s allows it (a fresh machine starts in a minute or two, and none
-starts with under 4 minutes left): stages named again (timeout_s: their limits in gpu_report.json, plus 30),
-or compute-sanitizer; then give_back.
+starts with under 4 minutes left; a warm one waits only about 30 s, so send it as soon as call 1 returns):
+stages named again (timeout_s: their limits in gpu_report.json, plus 60), or compute-sanitizer; then give_back.
 
-  run(command='bash $CARRY/run.sh "\$OUT" tests kernels', carry=["$CARRY"], timeout_s=180)
-  run(command='bash $CARRY/run.sh "\$OUT" sanitize', carry=["$CARRY"], timeout_s=270)
+  run(command='bash $CARRY/run.sh "\$OUT" tests kernels', carry=["$CARRY"], timeout_s=210)
+  run(command='bash $CARRY/run.sh "\$OUT" sanitize', carry=["$CARRY"], timeout_s=300)
 EOF

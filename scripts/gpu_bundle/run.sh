@@ -25,8 +25,11 @@
 # SIGINT, so a run cut short still leaves a valid report; and one log per stage
 # run (at most 8 files: a device machine returns 8 at most).
 # Exit status: 0 no stage failed; 1 a stage failed; 2 usage, or report.py
-# failed; 3 no torch, or not the bundle's torch (nothing run: the caller can
-# fall back to scripts/gpu_check.sh --standalone); 128+N killed by signal N.
+# failed; 3 no torch, or not the bundle's torch (nothing run), 4 the version
+# stage failed: the bundle's binaries do not run here, or not on this GPU
+# (nothing else run); on 3 and 4 the caller can fall back to
+# scripts/gpu_check.sh --standalone, which builds on the machine; 128+N killed
+# by signal N.
 #
 # Test hook: CQK_GPU_CHECK_STUBS names a bash file sourced after the
 # definitions below; it may redefine find_torch, stage_*, LIMIT and BIN
@@ -325,6 +328,14 @@ for name in "${SELECTED[@]}"; do
   run_stage "$name"
   printf 'gpu check: %-12s %-7s %4ss  %s\n' "$name" "${STATUS[$name]}" "${SECS[$name]}" "${REASON[$name]}"
   report running
+  # Binaries that do not start, or kernels for another GPU: every later stage would fail in seconds,
+  # and the time is better spent building on the machine.
+  if [[ "$name" == version && "${STATUS[version]}" == FAILED ]]; then
+    for later in "${SELECTED[@]:1}"; do STATUS[$later]=SKIPPED REASON[$later]="not run: the version stage failed"; done
+    report finished
+    echo "gpu check: the bundle does not run here (${REASON[version]}); exit 4" >&2
+    exit 4
+  fi
 done
 report finished || { echo "gpu check: report.py failed; stage logs are in $OUTDIR" >&2; exit 2; }
 echo "gpu check: $((SECONDS - START))s; $OUTDIR/gpu_report.md:"
