@@ -256,6 +256,31 @@ TEST_F(HfExport, GenerateSamplesOnlyIdsTheTokenizerDecodes) {
   }
 }
 
+// The run records what it trained on; a token folder encoded again with
+// another tokenizer under the same path (or a relative data.dir read from
+// another folder) is refused by every command that reads it, instead of
+// evaluating, sampling or exporting against the wrong token files.
+TEST_F(HfExport, CommandsRefuseARunWhoseTokenFolderHoldsOtherData) {
+  const std::string run = train("run", "--set train.steps=4 --set train.checkpoint_every=2");
+  // The same vocabulary size, learnt from other text: another tokenizer.
+  ASSERT_EQ(run_command(kTool + " data tokenizer --input " + (dir_ / "corpus/test.txt") +
+                        " --vocab-size 300 --out " + (dir_ / "other.model")).exit_code, 0);
+  ASSERT_EQ(run_command(kTool + " data encode --input " + (dir_ / "corpus") + " --tokenizer " + (dir_ / "other.model") +
+                        " --out " + (dir_ / "other-tokens")).exit_code, 0);
+  ASSERT_EQ(run_command("mv " + (dir_ / "tokens") + " " + (dir_ / "kept") + " && mv " + (dir_ / "other-tokens") + " " +
+                        (dir_ / "tokens")).exit_code, 0);
+  for (const std::string command : {"eval " + run, "generate " + run + " --prompt 'the cat' --tokens 3",
+                                    "export " + run + " --out " + (dir_ / "export"), "train --resume " + run}) {
+    const auto r = tool(command, dir_ / "stderr.txt");
+    EXPECT_NE(r.exit_code, 0) << command;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("holds other data than the run trained on (now tokenizer 0x"), std::string::npos)
+        << command << ": " << r.err;
+  }
+  ASSERT_EQ(run_command("rm -r " + (dir_ / "tokens") + " && mv " + (dir_ / "kept") + " " + (dir_ / "tokens")).exit_code, 0);
+  EXPECT_EQ(tool("eval " + run, dir_ / "stderr.txt").exit_code, 0);
+}
+
 TEST_F(HfExport, BadRunFolderWritesNothing) {
   const std::string run = train("run", "");
   int refusals = 0;

@@ -20,6 +20,9 @@ struct TrainingState {
   // "initialisation", sweep_results.h); empty for a run started before it was
   // recorded, which a resumed run keeps.
   std::string initialisation;
+  // The data it trains on (token_loader.h's data_fingerprint); empty for
+  // generated data or a run started before it was recorded.
+  std::string data_fingerprint;
 };
 
 // Writes `bytes` to `path` so that `path` holds either its old content or all

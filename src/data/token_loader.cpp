@@ -340,6 +340,23 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
   return out;
 }
 
+std::string data_fingerprint(const DataConfig& data) {
+  if (data.kind != DataKind::Tokens) return "";
+  const TokenFile train = open_split(data.dir, "train");
+  return "tokenizer " + checksum_hex(train.tokenizer_checksum()) + ", train.bin " + std::to_string(train.size()) +
+         " tokens";
+}
+
+void check_data_fingerprint(const std::string& recorded, const DataConfig& data) {
+  if (recorded.empty()) return;
+  const std::string now = data_fingerprint(data);
+  if (now != recorded)
+    throw std::runtime_error("data.dir " + data.dir + " holds other data than the run trained on (now " + now +
+                             "; the run's: " + recorded +
+                             "); run from the folder the run was started in (a relative data.dir is read from the "
+                             "current folder) or restore its token files");
+}
+
 std::optional<std::string> data_tokenizer_path(const DataConfig& data) {
   if (data.kind != DataKind::Tokens) return std::nullopt;
   const auto path = (fs::path(data.dir) / "tokenizer.model").string();

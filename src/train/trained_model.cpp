@@ -10,6 +10,7 @@
 #include "cqk/device.h"
 #include "cqk/log.h"
 #include "cqk/runtime.h"
+#include "cqk/token_loader.h"
 #include "cqk/trainer.h"
 
 namespace cqk {
@@ -49,16 +50,20 @@ TrainedModel load_trained_model(const std::string& target, const std::string& de
 
   trained.model = TransformerLM(config.model);
   auto& model = trained.model;
+  std::string fingerprint;
   for (auto it = candidates.begin(); it != candidates.end(); ++it) {
     try {
-      trained.step = load_checkpoint(*it, *model, hash).step;
+      const TrainingState state = load_checkpoint(*it, *model, hash);
+      trained.step = state.step;
       trained.checkpoint = *it;
+      fingerprint = state.data_fingerprint;
       break;
     } catch (const std::runtime_error& e) {
       if (std::next(it) == candidates.end()) throw;
       log::warn(std::string(e.what()) + "; trying the previous checkpoint");
     }
   }
+  check_data_fingerprint(fingerprint, config.data);
   model->to(device);
   model->eval();
   return trained;

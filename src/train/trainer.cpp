@@ -24,6 +24,7 @@
 #include "cqk/schedule.h"
 #include "cqk/sdpa_backend.h"
 #include "cqk/sweep_results.h"
+#include "cqk/token_loader.h"
 #include "cqk/train_step.h"
 #include "train/distributed_test_hooks.h"
 #include "train/memory_usage.h"
@@ -245,9 +246,12 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   TrainingState state;
   state.config_hash = hash;
   state.initialisation = sweep::kNameKeyedInitialisation;  // a resume takes the checkpoint's instead
+  state.data_fingerprint = data_fingerprint(config.data);
   if (options.resume) {
     std::string checkpoint;
     std::tie(state, checkpoint) = resume_from_checkpoints(run_dir, model, *optimizer, hash);
+    check_data_fingerprint(state.data_fingerprint, config.data);
+    state.data_fingerprint = data_fingerprint(config.data);  // a run from before it was recorded records it now
     info("resumed from " + checkpoint + " at step " + std::to_string(state.step));
     source->seek_train(state.data_position);
   }
