@@ -123,6 +123,15 @@ _, old_rows = run_stats()
 if any(r["table"] == "paired_comparison" and r["base"] == "cpu-vanilla" for r in old_rows):
     failures.append("a base run without name-keyed initialisation was paired")
 
+# Keyed runs with one seed in common: Welch's test only, and a note that says why there is no paired one.
+for seed, value in ((1, 1.90), (2, 1.91)):
+    write_run("cpu-diff", seed, value)
+for seed, value in ((2, 1.89), (3, 1.92)):
+    write_run("cpu-diff-affine", seed, value)
+one_seed, _ = run_stats()
+if "cpu-diff-affine vs cpu-diff: no paired test (fewer than 2 seeds in common)" not in one_seed:
+    failures.append("no note for a keyed pair with one seed in common:\n" + one_seed)
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)

@@ -217,6 +217,8 @@ Comparison compare(const Groups& groups, const Pair& pair, const std::string& me
   if (unpaired) return c;
   try {
     c.paired = compare_paired(groups.at(pair.first), groups.at(pair.second), metric);
+    if (!c.paired && name_keyed(groups.at(pair.first)) && name_keyed(groups.at(pair.second)))
+      c.paired_note = pair.first + " vs " + pair.second + ": no paired test (fewer than 2 seeds in common)";
   } catch (const std::domain_error& e) {  // every pair differs by the same amount: no paired test, Welch still stands
     c.paired_note = pair.first + " vs " + pair.second + ": no paired test (" + e.what() + ")";
   }
@@ -228,7 +230,8 @@ void warn_about_repeated_seeds(const Groups& groups) {
     for (std::size_t i = 1; i < runs.size(); ++i) {
       if (runs[i].seed == runs[i - 1].seed) {  // runs are sorted by seed within a name
         log::warn("stats: " + name + " has seed " + std::to_string(runs[i].seed) + " more than once (" +
-                  runs[i - 1].dir.string() + ", " + runs[i].dir.string() + "); both are counted");
+                  runs[i - 1].dir.string() + ", " + runs[i].dir.string() +
+                  "); Welch's test counts both, a paired test pairs one of them");
       }
     }
   }
