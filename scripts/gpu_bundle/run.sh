@@ -42,7 +42,7 @@ STAGES=(version tests kernels train_bench train)
 # Seconds. The default stages' add up to 300, so that the first device call
 # fits in timeout_s=360 and a second one in the rest of 15 minutes of device
 # time; sanitize is for that second call.
-declare -A LIMIT=([version]=30 [tests]=60 [kernels]=90 [train_bench]=80 [train]=40 [sanitize]=240)
+declare -A LIMIT=([version]=20 [tests]=60 [kernels]=90 [train_bench]=80 [train]=50 [sanitize]=240)
 TEST_GROUPS='FusedCoupling.* FusedRope.* SdpaBackend.* Runtime.OneCudaRuntimeIsLoaded:BuildInfo.*'
 KERNEL_PATHS='sdpa sdpa-cudnn rope-sdpa fused-coupling-rope fused-coupling aten-coupling'
 # The train stage's fused and unfused runs must end within this relative
