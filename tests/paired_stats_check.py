@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -17,7 +18,9 @@ import scipy
 from scipy import optimize, stats
 
 tool, work = sys.argv[1], sys.argv[2]
-os.makedirs(work, exist_ok=True)
+# Runs left by an earlier pass would add comparisons and change Bonferroni.
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
 
 # Two comparisons (so Bonferroni doubles p): vanilla with seeds 1-5 on both
 # sides; qknorm where the coupled side lacks seed 5 (paired on 1-4).
