@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU check's stage commands (scripts/gpu_bundle/run.sh) rehearsed on the
+# CPU with the real binaries, so that a renamed flag, config key, kernel path
+# or test group fails here and not in device time. run.sh is told it has a
+# GPU; each part runs its real command, except that `cqk train` runs on the
+# CPU (train.device=cpu), so the train stage trains, pauses, resumes and
+# compares its losses for real. Every other command must get past its
+# argument and config checks to the line that asks for the GPU.
+#
+#   tests/gpu_stage_commands_test.sh SCRIPTS_GPU_BUNDLE CONFIGS CQK CQK_TESTS CQK_KERNEL_BENCH
+set -euo pipefail
+SRC="$(cd "$1" && pwd)"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+BUNDLE="$WORK/bundle"
+mkdir -p "$BUNDLE/bin"
+cp "$SRC/run.sh" "$SRC/report.py" "$BUNDLE/"
+ln -s "$(cd "$2" && pwd)" "$BUNDLE/configs"
+ln -s "$(realpath "$3")" "$BUNDLE/bin/cqk"
+ln -s "$(realpath "$4")" "$BUNDLE/bin/cqk_tests"
+ln -s "$(realpath "$5")" "$BUNDLE/bin/cqk_kernel_bench"
+
+cat >"$WORK/rehearsal.sh" <<'EOF'
+find_torch() { TORCH_PYTHON=python3 SITE=/nowhere TORCH_VERSION=2.11.0 GPUS=1; }
+for name in "${!LIMIT[@]}"; do LIMIT[$name]=300; done  # a CPU trains slower than the limits allow a GPU
+# The real version stage, as on a machine without a GPU.
+eval "version_without_gpu() $(declare -f stage_version | tail -n +2)"
+export -f version_without_gpu
+stage_version() { GPUS=0 version_without_gpu; }
+part() {  # NAME RESERVE COMMAND...: PASSED when it ends well or at the GPU; returns its exit status
+  local name=$1 command=() word rc status=PASSED reason="" logged
+  shift 2
+  for word; do
+    [[ " $* " == *" bench train "* ]] || word="${word/#train.device=cuda/train.device=cpu}"
+    command+=("$word")
+  done
+  echo "== $name: ${command[*]}"
+  logged="$(stat -c %s "$STAGE_LOG")"
+  timeout 120 "${command[@]}" 2>&1
+  rc=$?
+  tail -c +$((logged + 1)) "$STAGE_LOG" >"$STAGE_DIR/part.out"
+  if ((rc != 0)) && ! grep -qxE 'cqk: error: train.device: cuda requested but no GPU is visible|cqk_kernel_bench: no CUDA device' \
+      "$STAGE_DIR/part.out"; then
+    status=FAILED reason="exit $rc: $(tail -1 "$STAGE_DIR/part.out")"
+  fi
+  printf '%s\t%s\t0\t%s\n' "$name" "$status" "${reason//[$'\t\n']/ }" >>"$STAGE_DIR/parts.tsv"
+  return "$rc"
+}
+EOF
+export CQK_GPU_CHECK_STUBS="$WORK/rehearsal.sh" CQK_NUM_THREADS=2
+
+rc=0
+bash "$BUNDLE/run.sh" "$WORK/out" >"$WORK/run.log" 2>&1 || rc=$?
+python3 - "$WORK/out/gpu_report.json" "$WORK/run.log" "$rc" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))
+stages = {s["name"]: s for s in report["stages"]}
+failed_parts = [f'{name}: {p["name"]}: {p["reason"]}' for name, s in stages.items() for p in s["parts"]
+                if p["status"] != "PASSED"]
+problems = [f"a command does not run as run.sh calls it: {p}" for p in failed_parts]
+expected = {
+    "version": ("PASSED", ""),
+    # Every group matched tests (else "no tests match"), and they ran, as skipped on the CPU.
+    "tests": ("FAILED", None),
+    "kernels": ("PASSED", ""),
+    "train_bench": ("PASSED", ""),
+    "train": ("PASSED", ""),
+}
+for name, (status, reason) in expected.items():
+    got = (stages[name]["status"], stages[name]["reason"])
+    if got[0] != status or (reason is not None and got[1] != reason):
+        problems.append(f"stage {name}: {got}, expected {status}")
+if not stages["tests"]["reason"].endswith("tests skipped with a GPU visible"):
+    problems.append(f"stage tests: {stages['tests']['reason']!r}")
+if sys.argv[3] != "1":
+    problems.append(f"run.sh exited {sys.argv[3]}, expected 1 (the tests stage)")
+if problems:
+    sys.exit("\n".join(problems) + "\n--- run.sh output:\n" + open(sys.argv[2]).read())
+print(f"every stage command of run.sh runs as called: {sum(len(s['parts']) for s in stages.values())} parts; "
+      + ", ".join(f"{name} {s['seconds']} s" for name, s in stages.items()))
+EOF
