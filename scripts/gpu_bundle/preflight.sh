@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU check needs, done here before device time is spent
 # (docs/KERNELS.md, "Checking a GPU machine"): the bundle rebuilt unless it
-# is HEAD's own, run.sh's stub test, the bundle run as on a GPU machine
+# is HEAD's own, run.sh's stub test, its stage commands rehearsed on the CPU
+# with the bundle's binaries, the bundle run as on a GPU machine
 # without the GPU (simulate.sh, which needs root), the bundle's size and modes;
 # then it prints the device calls to make.
 #
@@ -26,6 +27,11 @@ fi
 
 out="$(bash "$CQK_ROOT/tests/gpu_bundle_test.sh" "$CQK_ROOT/scripts/gpu_bundle" 2>&1)" || { echo "$out"; exit 1; }
 say "stub test passed"
+# The bundle's binaries before stripping, with its configs.
+BUILD="$(dirname "$BUNDLE")"
+out="$(bash "$CQK_ROOT/tests/gpu_stage_commands_test.sh" "$CQK_ROOT/scripts/gpu_bundle" "$BUNDLE/configs" \
+  "$BUILD/cqk" "$BUILD/tests/cqk_tests" "$BUILD/cqk_kernel_bench" 2>&1)" || { echo "$out"; exit 1; }
+say "stage commands rehearsed on the CPU: ${out##*: }"
 
 # simulate.sh wants torch at a path the binaries were not built against: a
 # hard-linked copy of the cached environment (no space taken), beside the
