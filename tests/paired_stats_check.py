@@ -1,5 +1,5 @@
 """`cqk stats` on paired runs against scipy: the paired t-test (ttest_rel),
-Welch's test (ttest_ind with equal_var=False), their confidence intervals
+Wilcoxon's signed-rank test (wilcoxon), Welch's test (ttest_ind with equal_var=False), their confidence intervals
 (t quantiles) and the minimum detectable difference (noncentral t).
 
 Usage: paired_stats_check.py CQK_TOOL WORK_DIR. Exit 0 when every figure
@@ -95,6 +95,12 @@ for variant, base in (("cpu-vanilla-affine", "cpu-vanilla"), ("cpu-qknorm-affine
     close(label + " paired CI high", row["ci_high"], ci.high, 1e-9)
     close(label + " d_z", row["d_z"], (sum(differences) / n) / sd, 1e-9)
     close(label + " paired p Bonferroni", row["p_bonferroni"], min(1.0, comparisons * paired.pvalue), 1e-9)
+
+    # Wilcoxon's signed-rank test; at n <= 13 scipy's default is exact (a permutation test when values tie).
+    close(label + " lower", row["lower"], sum(x < 0 for x in differences), 0)
+    close(label + " signed-rank p one-sided", row["signed_rank_p_one_sided"],
+          stats.wilcoxon(differences, alternative="less").pvalue, 1e-12)
+    close(label + " signed-rank p two-sided", row["signed_rank_p_two_sided"], stats.wilcoxon(differences).pvalue, 1e-12)
 
     welch_same_runs = stats.ttest_ind(a[:n], b[:n], equal_var=False).confidence_interval(0.95)
     close(label + " Welch CI half-width", row["ci_half_width_welch"], (welch_same_runs.high - welch_same_runs.low) / 2,

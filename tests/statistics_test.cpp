@@ -163,6 +163,44 @@ TEST(StatsEffectSize, CohensDAndHedgesG) {
   EXPECT_THROW(stats::hedges_g({2.0, 2.0}, {2.0, 2.0}), std::domain_error);
 }
 
+void expect_signed_rank(const std::vector<double>& d, double p_less, double p_greater, double p_two_sided,
+                        bool exact, double tolerance) {
+  const auto r = stats::wilcoxon_signed_rank(d);
+  EXPECT_EQ(r.exact, exact);
+  EXPECT_NEAR(r.p_less, p_less, tolerance);
+  EXPECT_NEAR(r.p_greater, p_greater, tolerance);
+  EXPECT_NEAR(r.p_two_sided, p_two_sided, tolerance);
+}
+
+TEST(StatsSignedRank, SmallSamplesByHand) {
+  // Every difference below zero: W+ = 0, reached by one of the 2^n sign assignments.
+  expect_signed_rank({-1, -2, -3}, 1.0 / 8, 1.0, 2.0 / 8, true, 1e-15);
+  expect_signed_rank({-0.5, -0.1, -0.3, -0.9, -0.7}, 1.0 / 32, 1.0, 2.0 / 32, true, 1e-15);
+  // {+1, -2}: W+ = 1; of the 4 assignments W+ is 0, 1, 2, 3: P(W+ <= 1) = 1/2, P(W+ >= 1) = 3/4.
+  expect_signed_rank({1, -2}, 0.5, 0.75, 1.0, true, 1e-15);
+  const auto r = stats::wilcoxon_signed_rank({0.0, -1.0, 2.0, 0.0, -3.0});
+  EXPECT_EQ(r.nonzero, 3u);
+  EXPECT_EQ(r.negative, 2u);
+  EXPECT_DOUBLE_EQ(r.rank_sum_positive, 2.0);
+  EXPECT_THROW(stats::wilcoxon_signed_rank({0.0, 0.0}), std::domain_error);
+}
+
+// scipy 1.17.1: wilcoxon(d, method="exact") without ties; with ties and a
+// zero, wilcoxon(d, method=PermutationMethod()), which at n <= 13 enumerates
+// every sign assignment; above 50, method="asymptotic", correction=False.
+TEST(StatsSignedRank, MatchesScipy) {
+  expect_signed_rank({-0.12, 0.03, -0.25, -0.07, 0.11, -0.31, -0.02, -0.18, 0.05, -0.09}, 0.052734375,
+                     0.9580078125, 0.10546875, true, 1e-14);
+  expect_signed_rank({-0.5, 0.25, -0.25, 0.0, -1.0, -0.5, 0.75, -0.5, -2.0}, 0.078125, 0.9296875, 0.15625, true,
+                     1e-14);
+  const std::vector<double> sixty = {
+      1.9,  -2.7, 0.3,  -0.7, -0.6, -0.3, -2.1, -0.3, -1.0, 3.2,  0.1,  -0.5, -0.4, -0.8, -1.2,
+      -0.5, 0.4,  -0.3, 0.9,  -0.3, -0.1, 1.4,  0.4,  -0.6, -0.3, 0.4,  1.8,  -0.4, -0.3, 0.9,
+      -1.0, -0.4, 0.8,  0.5,  0.0,  0.6,  -2.9, 0.9,  -1.1, -1.8, 0.2,  0.6,  -0.5, -1.2, -0.1,
+      -0.2, 1.3,  0.6,  0.1,  1.0,  -0.3, -1.0, 0.5,  0.5,  -0.3, -0.9, 0.1,  -2.6, 0.6,  0.4};
+  expect_signed_rank(sixty, 0.22950844234047957, 0.7704915576595204, 0.45901688468095914, false, 1e-12);
+}
+
 TEST(StatsBonferroni, MultipliesAndCapsAtOne) {
   EXPECT_DOUBLE_EQ(stats::bonferroni(0.01, 3), 0.03);
   EXPECT_DOUBLE_EQ(stats::bonferroni(0.02, 1), 0.02);

@@ -4,7 +4,8 @@
 // Small-sample statistics for comparing seeds of two training variants:
 // Welch's t-test (no equal-variance assumption: coupled and uncoupled runs
 // need not vary alike), the paired t-test (runs of one seed that share their
-// initial weights and batches), effect sizes, power and Bonferroni correction. Pure C++ in
+// initial weights and batches), Wilcoxon's signed-rank test, effect sizes,
+// power and Bonferroni correction. Pure C++ in
 // double precision; functions given too few values throw std::invalid_argument.
 namespace cqk::stats {
 
@@ -61,6 +62,25 @@ struct PairedResult {
 // least two pairs), with a two-sided (1 - alpha) confidence interval. Throws
 // std::domain_error when every difference is the same (zero variance).
 PairedResult paired_t_test(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
+
+struct SignedRankResult {
+  std::size_t nonzero = 0;    // differences other than zero (Wilcoxon drops the zeros)
+  std::size_t negative = 0;   // differences below zero
+  double rank_sum_positive = 0;  // W+: the ranks of |d| (tied ones averaged) of the positive d, summed
+  bool exact = false;         // the exact null distribution given the ties, else the normal approximation
+  double p_less = 0;          // one-sided, alternative: the differences lie below zero
+  double p_greater = 0;       // one-sided, alternative: they lie above zero
+  double p_two_sided = 0;     // min(1, twice the smaller one-sided p)
+};
+
+// Wilcoxon's signed-rank test of paired differences against zero: the paired
+// test that assumes no normal distribution (seeds that either learn a task or
+// not give bimodal differences). Exact up to kSignedRankExactMax non-zero
+// differences (every sign assignment of their ranks, ties included), the normal
+// approximation with the tie correction above. Throws std::domain_error when
+// every difference is zero.
+constexpr std::size_t kSignedRankExactMax = 50;
+SignedRankResult wilcoxon_signed_rank(const std::vector<double>& differences);
 
 // The smallest true mean difference that a two-sided one-sample (or paired)
 // t-test at level `alpha` over `n` values with standard deviation `sd` detects

@@ -42,6 +42,7 @@ struct Paired {
   std::vector<double> differences;
   std::vector<long long> left_out;  // seeds only one side has
   stats::PairedResult test;
+  stats::SignedRankResult signed_rank;  // the same pairs without assuming normal differences
   double minimum_detectable = 0;  // |Δ| detected with power kPower at two-sided kAlpha
   double welch_half_width = 0;    // the unpaired CI's half-width on the same seeds, for comparison
   double p_bonferroni = 0;        // of the one-sided p (variant better), over the call's comparisons
@@ -184,6 +185,7 @@ std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& varian
   for (const auto& [seed, value] : base_by_seed) p.left_out.push_back(seed);
   if (p.seeds.size() < 2) return std::nullopt;
   p.test = stats::paired_t_test(a, b, kAlpha);
+  p.signed_rank = stats::wilcoxon_signed_rank(p.differences);
   p.minimum_detectable = stats::minimum_detectable_difference(p.seeds.size(), p.test.sd_difference, kAlpha, kPower);
   const auto welch = stats::welch_t_test(a, b);
   p.welch_half_width = stats::student_t_quantile(1.0 - 0.5 * kAlpha, welch.df) * welch.standard_error;
@@ -286,8 +288,8 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
   const std::string& metric = report.metric;
   out << "\n## Paired comparisons on " << metric << " (paired t-test over seeds)\n\n"
       << "| variant | base | pairs | Δ mean | sd of Δ | t | df | 95% CI | ± paired | ± Welch | p one-sided | "
-         "p two-sided | d_z | p Bonferroni | sig | detectable Δ |\n"
-      << "|---|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|:-:|--:|\n";
+         "p two-sided | d_z | p Bonferroni | sig | lower | p signed-rank | detectable Δ |\n"
+      << "|---|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|:-:|--:|--:|--:|\n";
   for (const auto& c : report.comparisons) {
     if (!c.paired) continue;
     const auto& p = *c.paired;
@@ -298,6 +300,7 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
         << format("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << format("%.4g", p.welch_half_width) << " | "
         << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << format("%.3f", t.d_z) << " | "
         << p_value(p.p_bonferroni) << " | " << (p.p_bonferroni < kAlpha ? "*" : "") << " | "
+        << p.signed_rank.negative << "/" << t.pairs << " | " << p_value(p.signed_rank.p_less) << " | "
         << format("%.4g", p.minimum_detectable) << " |\n";
   }
   out << "\nPer seed, variant minus base:\n";
@@ -317,7 +320,10 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
          "Δ mean and its 95% CI: "
          "variant - base; ± paired / ± Welch: the CI's half-width paired and unpaired (Welch) on the same runs. "
          "d_z = Δ mean / sd of Δ. p Bonferroni: one-sided p times "
-      << report.comparisons.size() << " comparisons. Detectable Δ: the smallest true |Δ| a two-sided paired t-test "
+      << report.comparisons.size() << " comparisons. Lower: the pairs where the variant's value is below the base's. "
+      << "p signed-rank: Wilcoxon's signed-rank test, one-sided, which does not assume normal differences (seeds that "
+      << "either learn or do not make them bimodal); exact up to " << stats::kSignedRankExactMax
+      << " non-zero differences, ties included. Detectable Δ: the smallest true |Δ| a two-sided paired t-test "
       << "at " << kAlpha << " finds with power " << kPower << " for this many pairs and this sd of Δ. "
       << "`--unpaired` leaves this table out.\n";
 }
@@ -379,7 +385,8 @@ std::string csv_number(double value) { return format("%.12g", value); }
 std::string render_csv(const Report& report) {
   std::ostringstream out;
   out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
-         "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed\n";
+         "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed,lower,"
+         "signed_rank_p_one_sided,signed_rank_p_two_sided\n";
   const auto& metrics = report.reported_metrics;
   for (const auto& [name, runs] : report.groups) {
     for (const auto& metric : metrics) {
@@ -387,7 +394,7 @@ std::string render_csv(const Report& report) {
       if (values.empty()) continue;
       out << "variant," << csv_field(name) << ",," << metric << "," << values.size() << ",,"
           << csv_number(stats::mean(values)) << "," << (values.size() < 2 ? "" : csv_number(stats::sample_sd(values)))
-          << ",,,,,,,,,,,,,,,\n";
+          << ",,,,,,,,,,,,,,,,,,\n";
     }
   }
   for (const auto& c : report.comparisons) {
@@ -395,7 +402,7 @@ std::string render_csv(const Report& report) {
         << report.metric << "," << c.n_variant << "," << c.n_base << ",,,"
         << csv_number(c.mean_difference) << "," << csv_number(c.welch.t) << "," << csv_number(c.welch.df) << ","
         << csv_number(c.welch.p_less) << "," << csv_number(c.welch.p_two_sided) << "," << csv_number(c.hedges_g)
-        << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << ",,,,,,,\n";
+        << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << ",,,,,,,,,,\n";
   }
   for (const auto& c : report.comparisons) {
     if (!c.paired) continue;
@@ -407,9 +414,10 @@ std::string render_csv(const Report& report) {
         << csv_number(t.p_two_sided) << ",," << csv_number(p.p_bonferroni) << ","
         << (p.p_bonferroni < kAlpha ? "true" : "false") << "," << csv_number(t.sd_difference) << ","
         << csv_number(t.ci_low) << "," << csv_number(t.ci_high) << "," << csv_number(p.welch_half_width) << ","
-        << csv_number(t.d_z) << "," << csv_number(p.minimum_detectable) << ",\n";
+        << csv_number(t.d_z) << "," << csv_number(p.minimum_detectable) << ",," << p.signed_rank.negative << ","
+        << csv_number(p.signed_rank.p_less) << "," << csv_number(p.signed_rank.p_two_sided) << "\n";
     for (std::size_t i = 0; i < p.seeds.size(); ++i)
-      out << "pair," << prefix << ",,,,," << csv_number(p.differences[i]) << ",,,,,,,,,,,,,," << p.seeds[i] << "\n";
+      out << "pair," << prefix << ",,,,," << csv_number(p.differences[i]) << ",,,,,,,,,,,,,," << p.seeds[i] << ",,,\n";
   }
   return out.str();
 }
