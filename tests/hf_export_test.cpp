@@ -277,7 +277,13 @@ TEST_F(HfExport, CommandsRefuseARunWhoseTokenFolderHoldsOtherData) {
     EXPECT_NE(r.err.find("holds other data than the run trained on (now tokenizer 0x"), std::string::npos)
         << command << ": " << r.err;
   }
-  ASSERT_EQ(run_command("rm -r " + (dir_ / "tokens") + " && mv " + (dir_ / "kept") + " " + (dir_ / "tokens")).exit_code, 0);
+  // No token folder at all: generate --ids needs none, eval names the missing file.
+  ASSERT_EQ(run_command("rm -r " + (dir_ / "tokens")).exit_code, 0);
+  EXPECT_EQ(tool("generate " + run + " --ids --prompt '1 2 3' --tokens 3", dir_ / "stderr.txt").exit_code, 0);
+  const auto missing = tool("eval " + run, dir_ / "stderr.txt");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("train.bin does not exist"), std::string::npos) << missing.err;
+  ASSERT_EQ(run_command("mv " + (dir_ / "kept") + " " + (dir_ / "tokens")).exit_code, 0);
   EXPECT_EQ(tool("eval " + run, dir_ / "stderr.txt").exit_code, 0);
 }
 

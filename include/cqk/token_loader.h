@@ -104,6 +104,7 @@ std::string data_fingerprint(const DataConfig& data);
 // Throws std::runtime_error when `recorded` (a checkpoint's; empty: not
 // recorded) is not data.dir's fingerprint now: a relative data.dir read from
 // another folder, or a folder encoded again, would otherwise pass silently.
+// Passes when data.dir holds no train.bin (the commands that need it say so).
 void check_data_fingerprint(const std::string& recorded, const DataConfig& data);
 
 }  // namespace cqk

@@ -348,7 +348,10 @@ std::string data_fingerprint(const DataConfig& data) {
 }
 
 void check_data_fingerprint(const std::string& recorded, const DataConfig& data) {
-  if (recorded.empty()) return;
+  // No training split there, nothing to disagree: a command that reads the
+  // data then says which file is missing, and one that needs none (generate
+  // --ids) runs.
+  if (recorded.empty() || !fs::exists(split_path(data.dir, "train"))) return;
   const std::string now = data_fingerprint(data);
   if (now != recorded)
     throw std::runtime_error("data.dir " + data.dir + " holds other data than the run trained on (now " + now +
