@@ -359,6 +359,12 @@ TEST_F(StatsCommand, StopsWhenASavedEvaluationDiffersBetweenRuns) {
   // Files that record no split or size (older ones) are not compared on them.
   std::ofstream(files.back()) << R"({"step": 100, "bpb": 1.5})";
   EXPECT_EQ(run_tool(path(root_ / "sweep")).exit_code, 0);
+  // ... and do not hide two later ones that disagree when such a file comes first.
+  std::ofstream(files.front()) << R"({"step": 100, "bpb": 1.5})";
+  save(files.back(), "test", 1000);
+  const auto behind_old = run_tool(path(root_ / "sweep"));
+  EXPECT_EQ(behind_old.exit_code, 2);
+  EXPECT_NE(behind_old.out.find("differs in split"), std::string::npos) << behind_old.out;
 }
 
 // Runs that all end alike (a recall task every seed solves: error 0) leave

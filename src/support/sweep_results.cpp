@@ -257,15 +257,19 @@ SweepRuns find_runs(const std::vector<fs::path>& roots) {
 }
 
 void check_saved_evaluations_agree(const std::vector<RunResult>& runs) {
-  std::map<std::string, const SavedEvaluationSource*> first;
+  // Every pair, not each against the first: an older file that records no
+  // split or size agrees with anything, and must not hide two that disagree.
+  std::map<std::string, std::vector<const SavedEvaluationSource*>> seen;
   for (const auto& run : runs) {
     for (const auto& [name, source] : run.saved_evaluations) {
-      const auto [it, inserted] = first.emplace(name, &source);
-      if (inserted) continue;
-      if (const auto field = source_difference(*it->second, source))
-        throw std::runtime_error("saved evaluation '" + name + "' differs in " + *field + " between runs: " +
-                                 describe_source(*it->second) + " and " + describe_source(source) +
-                                 "; save one NAME from one folder and split for every run");
+      auto& earlier = seen[name];
+      for (const auto* other : earlier) {
+        if (const auto field = source_difference(*other, source))
+          throw std::runtime_error("saved evaluation '" + name + "' differs in " + *field + " between runs: " +
+                                   describe_source(*other) + " and " + describe_source(source) +
+                                   "; save one NAME from one folder and split for every run");
+      }
+      earlier.push_back(&source);
     }
   }
 }
