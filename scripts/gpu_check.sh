@@ -71,8 +71,25 @@ keep_logs() {
   done
   return 0
 }
-trap 'keep_logs; exit 143' TERM
-trap 'keep_logs; exit 130' INT
+# Each long step runs through `bounded` (timeout in the background, waited
+# for): bash defers a trap while a foreground child runs, and timeout, its
+# own process group, misses a group-wide signal; `wait` returns at once.
+STEP=""
+bounded() {  # SECONDS COMMAND...: timeout's exit status
+  timeout "$@" &
+  STEP=$!
+  local rc=0
+  wait "$STEP" || rc=$?
+  STEP=""
+  return "$rc"
+}
+on_signal() {  # EXIT_STATUS: timeout passes the TERM on to the step
+  [[ -z "$STEP" ]] || kill -TERM "$STEP" 2>/dev/null
+  keep_logs
+  exit "$1"
+}
+trap 'on_signal 143' TERM
+trap 'on_signal 130' INT
 
 # --- the machine ----------------------------------------------------------------
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null; then
@@ -134,7 +151,7 @@ if ((STANDALONE)); then
   MODE=standalone
 else
   say "configuring the full project in $BUILD"
-  if ! timeout "$(limit 200 120)" cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCQK_CUDA=ON \
+  if ! bounded "$(limit 200 120)" cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCQK_CUDA=ON \
       -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" -DCQK_PYTHON="$PYTHON" \
       -DCQK_KERNEL_ARCHITECTURES="$ARCH" "${EXTRA_CMAKE[@]}" >"$LOGS/configure.log" 2>&1; then
     note "full configure failed, falling back to kernels/standalone: $(grep -m2 -iE 'could not find|not found|error' \
@@ -143,7 +160,7 @@ else
   else
     build_limit=$(limit 200 330)
     say "building the full project (-j $JOBS, at most ${build_limit}s)"
-    if ! timeout "$build_limit" cmake --build "$BUILD" -j "$JOBS" >"$LOGS/build.log" 2>&1; then
+    if ! bounded "$build_limit" cmake --build "$BUILD" -j "$JOBS" >"$LOGS/build.log" 2>&1; then
       tail -25 "$LOGS/build.log"
       note "full build failed or ran out of time (log: $LOGS/build.log), falling back to kernels/standalone"
       MODE=standalone
@@ -157,10 +174,10 @@ BENCH=""
 if [[ "$MODE" == standalone ]]; then
   KBUILD="$BUILD-kernels"
   say "configuring and building kernels/standalone in $KBUILD"
-  if ! timeout "$(limit 120 120)" cmake -S "$ROOT/kernels/standalone" -B "$KBUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  if ! bounded "$(limit 120 120)" cmake -S "$ROOT/kernels/standalone" -B "$KBUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCQK_KERNEL_ARCHITECTURES="$ARCH" \
       >"$LOGS/standalone-configure.log" 2>&1 ||
-     ! timeout "$(limit 90 600)" cmake --build "$KBUILD" -j "$JOBS" >"$LOGS/standalone-build.log" 2>&1; then
+     ! bounded "$(limit 90 600)" cmake --build "$KBUILD" -j "$JOBS" >"$LOGS/standalone-build.log" 2>&1; then
     tail -30 "$LOGS/standalone-configure.log" "$LOGS/standalone-build.log" 2>/dev/null
     fail "the standalone kernels did not build either"
   else
@@ -175,7 +192,7 @@ keep_logs
 # --- GPU tests --------------------------------------------------------------------
 if [[ "$MODE" == full && -x "$BENCH" ]]; then
   say "GPU tests: ctest -R 'Fused|Kernel'"
-  if (cd "$BUILD" && timeout "$(limit 60 200)" ctest -R 'Fused|Kernel' --output-on-failure --timeout 180) >"$LOGS/gpu-tests.log" 2>&1; then
+  if bounded "$(limit 60 200)" ctest --test-dir "$BUILD" -R 'Fused|Kernel' --output-on-failure --timeout 180 >"$LOGS/gpu-tests.log" 2>&1; then
     note "GPU tests pass: $(grep -E 'tests passed' "$LOGS/gpu-tests.log")"
   else
     cat "$LOGS/gpu-tests.log" | tail -60
@@ -184,7 +201,7 @@ if [[ "$MODE" == full && -x "$BENCH" ]]; then
   grep -q "Skipped" "$LOGS/gpu-tests.log" && note "warning: some GPU tests were skipped: $(grep -c Skipped "$LOGS/gpu-tests.log")"
 elif [[ -x "$BENCH" ]]; then
   say "GPU checks: cqk_kernel_bench --check"
-  if timeout "$(limit 60 200)" "$BENCH" --check >"$LOGS/gpu-checks.log" 2>&1; then
+  if bounded "$(limit 60 200)" "$BENCH" --check >"$LOGS/gpu-checks.log" 2>&1; then
     note "GPU checks pass ($(grep -c '^PASS' "$LOGS/gpu-checks.log") cases; no GoogleTest in standalone mode)"
   else
     grep -v '^PASS' "$LOGS/gpu-checks.log" | tail -60
@@ -193,7 +210,7 @@ elif [[ -x "$BENCH" ]]; then
 fi
 if [[ "${CQK_GPU_SANITIZE:-0}" == 1 && -x "$BENCH" ]] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    if timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BENCH" --check --quick \
+    if bounded 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BENCH" --check --quick \
         >"$LOGS/sanitize-$tool.log" 2>&1; then
       note "compute-sanitizer $tool: clean"
     else
@@ -208,7 +225,7 @@ keep_logs
 # --- benchmark --------------------------------------------------------------------
 if [[ -x "$BENCH" ]] && (( $(left) > 60 )); then
   say "benchmark"
-  if ! timeout $(( $(left) - 30 )) "$BENCH" --bench >"$LOGS/bench.md" 2>"$LOGS/bench.err"; then
+  if ! bounded $(( $(left) - 30 )) "$BENCH" --bench >"$LOGS/bench.md" 2>"$LOGS/bench.err"; then
     cat "$LOGS/bench.err"
     fail "benchmark"
   fi
@@ -221,7 +238,7 @@ fi
 # step-time ratio (target 1.03). Written to train-bench.md.
 if [[ "$MODE" == full && -x "$BUILD/cqk" ]] && (( $(left) > 180 )); then
   say "training benchmark: 150M bf16, coupled vs base"
-  if timeout $(( $(left) - 60 )) "$BUILD/cqk" bench train configs/bench/150m-vanilla-affine.yaml \
+  if bounded $(( $(left) - 60 )) "$BUILD/cqk" bench train configs/bench/150m-vanilla-affine.yaml \
       --compare configs/bench/150m-vanilla.yaml --warmup 3 --steps 10 >"$LOGS/train-bench.md" 2>"$LOGS/train-bench.err"; then
     note "training benchmark: $(grep -E '^step-time ratio' "$LOGS/train-bench.md" | head -1)"
     # Both configs' MFU lines: against the measured peak and against the datasheet.
@@ -238,7 +255,7 @@ if [[ "$MODE" == full ]]; then
   t=$(( $(left) - 15 ))
   if ((t > 30)); then
     say "whole suite (ctest, consumer label excluded, ${t}s)"
-    if (cd "$BUILD" && timeout "$t" ctest -j 8 -LE consumer --timeout 240 --output-on-failure) \
+    if bounded "$t" ctest --test-dir "$BUILD" -j 8 -LE consumer --timeout 240 --output-on-failure \
         >"$LOGS/suite.log" 2>&1; then
       note "whole suite: $(grep -E 'tests passed' "$LOGS/suite.log")"
     else

@@ -212,6 +212,12 @@ for name in ("tests", "kernels", "train_bench", "train"):
     assert status[name] == ("SKIPPED", "not run: the version stage failed"), status
 assert report["state"] == "finished" and report["passed"] is False
 '
+# ... also when version is named after a stage that has run: that one keeps its status.
+rc=0; STUB_GPUS=1 STUB_NO_START=1 "$BUNDLE/run.sh" "$STUB_TMP/nostart2" train version kernels >/dev/null 2>&1 || rc=$?
+check "$STUB_TMP/nostart2" 4 "$rc" '
+assert status == {"train": ("PASSED", ""), "version": ("FAILED", "cqk_tests does not start"),
+                  "kernels": ("SKIPPED", "not run: the version stage failed")}, status
+'
 
 # No GPU: the first stage only.
 rc=0; STUB_GPUS=0 "$BUNDLE/run.sh" "$STUB_TMP/cpu" >"$STUB_TMP/cpu.out" 2>&1 || rc=$?

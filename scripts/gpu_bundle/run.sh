@@ -331,7 +331,9 @@ for name in "${SELECTED[@]}"; do
   # Binaries that do not start, or kernels for another GPU: every later stage would fail in seconds,
   # and the time is better spent building on the machine.
   if [[ "$name" == version && "${STATUS[version]}" == FAILED ]]; then
-    for later in "${SELECTED[@]:1}"; do STATUS[$later]=SKIPPED REASON[$later]="not run: the version stage failed"; done
+    for later in "${SELECTED[@]}"; do
+      [[ "${STATUS[$later]}" != PENDING ]] || STATUS[$later]=SKIPPED REASON[$later]="not run: the version stage failed"
+    done
     report finished
     echo "gpu check: the bundle does not run here (${REASON[version]}); exit 4" >&2
     exit 4
