@@ -165,7 +165,8 @@ void add_recall_command(CLI::App& app) {
           return;
         }
         if (summary.outcome == TrainOutcome::Diverged) {  // no accuracy to report: out of the table, and counted
-          log::warn(label + " diverged: left out of the tables (running the study again retries it)");
+          log::warn(label + " diverged: left out of the tables (a rerun with these settings diverges again; other "
+                    "settings, through --set, need a new --out)");
           diverged.push_back(run.point->name() + " seed " + std::to_string(run.seed));
           continue;
         }
