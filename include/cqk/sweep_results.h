@@ -87,10 +87,11 @@ void check_evaluation_name(const std::string& name);
 // counts once. Throws std::runtime_error for a root that is not a directory.
 SweepRuns find_runs(const std::vector<std::filesystem::path>& roots);
 
-// A saved evaluation's NAME stands for one text in every run: throws
-// std::runtime_error naming two runs whose NAME evaluated another split or
-// another amount of text (bytes, or targets where bytes are not recorded).
-void check_saved_evaluations_agree(const std::vector<RunResult>& runs);
+// A saved evaluation's NAME stands for one text in every run. Removes, from
+// every run, each NAME that two runs evaluated on another split or another
+// amount of text (bytes, or targets where bytes are not recorded), with its
+// metrics, and returns why, by NAME, naming the two files.
+std::map<std::string, std::string> drop_disagreeing_saved_evaluations(std::vector<RunResult>& runs);
 
 // Finished runs grouped by variant name (map order: sorted by name).
 std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs);

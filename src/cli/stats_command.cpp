@@ -242,7 +242,7 @@ void warn_about_repeated_seeds(const Groups& groups) {
 Report build_report(const StatsOptions& options) {
   Report report;
   report.metric = options.metric;  // checked by --metric's validator
-  const auto runs = sweep::find_runs(std::vector<fs::path>(options.run_dirs.begin(), options.run_dirs.end()));
+  auto runs = sweep::find_runs(std::vector<fs::path>(options.run_dirs.begin(), options.run_dirs.end()));
   report.unfinished = runs.unfinished;
   if (runs.finished.empty()) {
     std::string roots;
@@ -250,7 +250,11 @@ Report build_report(const StatsOptions& options) {
     throw std::runtime_error("no results.json found under" + roots +
                              " (unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
   }
-  sweep::check_saved_evaluations_agree(runs.finished);
+  // A NAME that means two texts: an error when it is the one compared, else left out of the report.
+  for (const auto& [name, why] : sweep::drop_disagreeing_saved_evaluations(runs.finished)) {
+    if (sweep::metric_evaluation(report.metric) == name) throw std::runtime_error(why);
+    report.notes.push_back("not used: " + why);
+  }
   report.groups = sweep::group_by_variant(runs.finished);
   report.reported_metrics = sweep::reported_metrics(runs.finished);
   for (const auto& run : runs.finished)

@@ -256,22 +256,32 @@ SweepRuns find_runs(const std::vector<fs::path>& roots) {
   return runs;
 }
 
-void check_saved_evaluations_agree(const std::vector<RunResult>& runs) {
+std::map<std::string, std::string> drop_disagreeing_saved_evaluations(std::vector<RunResult>& runs) {
   // Every pair, not each against the first: an older file that records no
   // split or size agrees with anything, and must not hide two that disagree.
   std::map<std::string, std::vector<const SavedEvaluationSource*>> seen;
+  std::map<std::string, std::string> why;
   for (const auto& run : runs) {
     for (const auto& [name, source] : run.saved_evaluations) {
       auto& earlier = seen[name];
       for (const auto* other : earlier) {
-        if (const auto field = source_difference(*other, source))
-          throw std::runtime_error("saved evaluation '" + name + "' differs in " + *field + " between runs: " +
-                                   describe_source(*other) + " and " + describe_source(source) +
-                                   "; save one NAME from one folder and split for every run");
+        const auto field = source_difference(*other, source);
+        if (field && !why.count(name))
+          why[name] = "saved evaluation '" + name + "' differs in " + *field + " between runs: " +
+                      describe_source(*other) + " and " + describe_source(source) +
+                      "; save one NAME from one folder and split for every run";
       }
       earlier.push_back(&source);
     }
   }
+  for (auto& run : runs) {
+    for (const auto& [name, reason] : why) {
+      run.saved_evaluations.erase(name);
+      for (auto it = run.metrics.begin(); it != run.metrics.end();)
+        it = metric_evaluation(it->first) == name ? run.metrics.erase(it) : std::next(it);
+    }
+  }
+  return why;
 }
 
 std::map<std::string, std::vector<RunResult>> group_by_variant(const std::vector<RunResult>& runs) {
