@@ -164,17 +164,30 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
       " --set train.checkpoint_every=100 --set train.device=cpu --out " + dir / "study";
   const auto first = run_tool(study, dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  EXPECT_NE(first.out.find("(2 seeds: mean ± sd)"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("(2 seeds: mean ± sd, and the seeds that solved it (test accuracy >= 0.95))"),
+            std::string::npos)
+      << first.out;
   // Seeds outer, so that a study cut short holds whole seeds of every grid point.
   EXPECT_NE(first.err.find("recall run 2/4: p2-t12-d16-vanilla-affine seed 1"), std::string::npos) << first.err;
   const std::string table = read_file(dir / "study/recall_accuracy.md");
   EXPECT_NE(table.find("| pairs | seq_len | width | vanilla+none | vanilla+affine |"), std::string::npos) << table;
-  EXPECT_TRUE(std::regex_search(table, std::regex(R"(\| 2 \| 12 \| 16 \| [01]\.\d{3} ± \d\.\d{3} \| [01]\.\d{3} ± \d\.\d{3} \|)")))
+  std::smatch cells;
+  ASSERT_TRUE(std::regex_search(
+      table, cells,
+      std::regex(R"(\| 2 \| 12 \| 16 \| [01]\.\d{3} ± \d\.\d{3}, (\d) solved \| [01]\.\d{3} ± \d\.\d{3}, (\d) solved \|)")))
       << table;
   const std::string csv = read_file(dir / "study/recall_accuracy.csv");
-  for (const char* row : {"2,12,16,vanilla,none,1,", "2,12,16,vanilla,none,2,", "2,12,16,vanilla,affine,1,",
-                          "2,12,16,vanilla,affine,2,"})
-    EXPECT_NE(csv.find(row), std::string::npos) << row << " in\n" << csv;
+  // The solved counts against the CSV's accuracies (the last field of each run's row).
+  for (const auto& [coupling, cell] : {std::pair{"none", 1}, std::pair{"affine", 2}}) {
+    int solved = 0;
+    for (const char* seed : {"1", "2"}) {
+      const std::string row = std::string("2,12,16,vanilla,") + coupling + "," + seed + ",";
+      const auto at = csv.find(row);
+      ASSERT_NE(at, std::string::npos) << row << " in\n" << csv;
+      solved += std::stod(csv.substr(at + row.size())) >= 0.95;
+    }
+    EXPECT_EQ(std::stoi(cells[cell].str()), solved) << coupling << "\n" << table << csv;
+  }
   const auto results = nlohmann::json::parse(read_file(dir / "study/p2-t12-d16-vanilla-affine-seed2/results.json"));
   EXPECT_EQ(results["seed"].get<int64_t>(), 2);
   EXPECT_EQ(results["name"].get<std::string>(), "recall-p2-t12-d16-vanilla-affine");
@@ -189,6 +202,17 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
     ++reused;
   EXPECT_EQ(reused, 4u) << second.err;
   EXPECT_EQ(second.err.find("parameters:"), std::string::npos) << "a finished run was trained again:\n" << second.err;
+
+  // Runs that solved the task (accuracy >= 0.95; three steps are too few, so the results say so) are counted.
+  for (const auto& [seed, accuracy] : {std::pair{1, 0.97}, std::pair{2, 0.94}}) {
+    const auto file = dir / ("study/p2-t12-d16-vanilla-affine-seed" + std::to_string(seed) + "/results.json");
+    auto edited = nlohmann::json::parse(read_file(file));
+    edited["test"]["accuracy"] = accuracy;
+    std::ofstream(file) << edited.dump();
+  }
+  ASSERT_EQ(run_tool(study, dir.path()).exit_code, 0);
+  EXPECT_NE(read_file(dir / "study/recall_accuracy.md").find("| 0.955 ± 0.021, 1 solved |"), std::string::npos)
+      << read_file(dir / "study/recall_accuracy.md");
 
   // The same folder with other settings is refused, not mixed into the table; so is a repeated seed.
   expect_one_error_line(run_tool(study + " --set train.steps=4", dir.path()), "finished with another config");
