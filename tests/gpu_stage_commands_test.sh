@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check's stage commands (scripts/gpu_bundle/run.sh) rehearsed on the
-# CPU with the real binaries, so that a renamed flag, config key, kernel path
-# or test group fails here and not in device time. run.sh is told it has a
-# GPU; each part runs its real command, except that `cqk train` runs on the
-# CPU (train.device=cpu), so the train stage trains, pauses, resumes and
-# compares its losses for real. Every other command must get past its
-# argument and config checks to the line that asks for the GPU.
+# The GPU check's default stages' commands (scripts/gpu_bundle/run.sh)
+# rehearsed on the CPU with the real binaries, so that a renamed flag, config
+# key, kernel path or test group fails here and not in device time. run.sh is
+# told it has a GPU; each part runs its real command, except that `cqk train`
+# runs on the CPU (train.device=cpu), so the train stage trains, pauses,
+# resumes and runs its loss comparison (on the CPU both runs compute the
+# same: the wiring is what is checked). Every other command must get past
+# its argument and config checks to the line that asks for the GPU, and each
+# pattern of a test group must match a test. The kernel table must have a
+# part for every path the kernel bench knows, at both head dims. (sanitize,
+# which needs compute-sanitizer, is not rehearsed.)
 #
 #   tests/gpu_stage_commands_test.sh SCRIPTS_GPU_BUNDLE CONFIGS CQK CQK_TESTS CQK_KERNEL_BENCH
 set -euo pipefail
@@ -41,8 +45,15 @@ part() {  # NAME RESERVE COMMAND...: PASSED when it ends well or at the GPU; ret
   tail -c +$((logged + 1)) "$STAGE_LOG" >"$STAGE_DIR/part.out"
   if ((rc != 0)) && ! grep -qxE 'cqk: error: train.device: cuda requested but no GPU is visible|cqk_kernel_bench: no CUDA device' \
       "$STAGE_DIR/part.out"; then
-    status=FAILED reason="exit $rc: $(tail -1 "$STAGE_DIR/part.out")"
+    status=FAILED reason="exit $rc: $(head -1 "$STAGE_DIR/part.out")"
   fi
+  # A group joins patterns with ':': each must match a test, not only the whole.
+  local filter="" pattern
+  for word; do [[ "$word" != --gtest_filter=* ]] || filter="${word#--gtest_filter=}"; done
+  for pattern in ${filter//:/ }; do
+    "$BIN/cqk_tests" --gtest_list_tests --gtest_filter="$pattern" | grep -q '^  ' ||
+      status=FAILED reason="the test pattern $pattern matches no test"
+  done
   printf '%s\t%s\t0\t%s\n' "$name" "$status" "${reason//[$'\t\n']/ }" >>"$STAGE_DIR/parts.tsv"
   return "$rc"
 }
@@ -51,7 +62,8 @@ export CQK_GPU_CHECK_STUBS="$WORK/rehearsal.sh" CQK_NUM_THREADS=2
 
 rc=0
 bash "$BUNDLE/run.sh" "$WORK/out" >"$WORK/run.log" 2>&1 || rc=$?
-python3 - "$WORK/out/gpu_report.json" "$WORK/run.log" "$rc" <<'EOF'
+kernel_paths="$({ "$5" 2>&1 || true; } | sed -n 's/^paths: //p')"  # its usage line
+python3 - "$WORK/out/gpu_report.json" "$WORK/run.log" "$rc" "$kernel_paths" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))
 stages = {s["name"]: s for s in report["stages"]}
@@ -70,6 +82,16 @@ for name, (status, reason) in expected.items():
     got = (stages[name]["status"], stages[name]["reason"])
     if got[0] != status or (reason is not None and got[1] != reason):
         problems.append(f"stage {name}: {got}, expected {status}")
+parts = {name: [p["name"] for p in s["parts"]] for name, s in stages.items()}
+kernel_parts = {f"{path}, dim {dim}" for path in sys.argv[4].split(", ") for dim in (64, 128)}
+if set(parts["kernels"]) != kernel_parts or not sys.argv[4]:
+    problems.append(f"kernel parts {parts['kernels']}, expected every path the bench knows ({sys.argv[4]}) at dims 64, 128")
+if not parts["tests"]:
+    problems.append("no test group ran")
+if parts["train_bench"][:2] != ["base alone", "coupled against base"]:
+    problems.append(f"train_bench parts {parts['train_bench']}")
+if parts["train"] != ["fused, steps 1-25", "fused, resumed", "fused coupling off"]:
+    problems.append(f"train parts {parts['train']}")
 if not stages["tests"]["reason"].endswith("tests skipped with a GPU visible"):
     problems.append(f"stage tests: {stages['tests']['reason']!r}")
 if sys.argv[3] != "1":

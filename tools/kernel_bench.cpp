@@ -51,12 +51,14 @@ namespace {
 const std::vector<std::string> kPaths{"sdpa", "sdpa-cudnn", "rope-sdpa", "fused-coupling-rope", "fused-coupling",
                                       "aten-coupling"};
 
+const std::vector<std::string> kDtypes{"bf16", "fp32"};
+
 struct Options {
   bool check = false, bench = false, quick = false, json = false;
   std::vector<std::string> paths = kPaths;
   std::vector<int64_t> times{512, 1024, 2048};
   int64_t batch = 8, heads = 12, dim = 64, hidden = 8, steps = 2;
-  std::vector<std::string> dtypes{"bf16", "fp32"};
+  std::vector<std::string> dtypes = kDtypes;
   int iters = 20, warmup = 5;
 };
 
@@ -66,6 +68,25 @@ std::vector<std::string> split(const std::string& s) {
   for (std::string part; std::getline(in, part, ',');)
     if (!part.empty()) parts.push_back(part);
   return parts;
+}
+
+// Arguments are checked before the GPU is looked for, so that a wrong one
+// fails on any machine (tests/gpu_stage_commands_test.sh rehearses them).
+std::vector<std::string> known(const std::string& flag, const std::string& text, const std::vector<std::string>& choices) {
+  const auto values = split(text);
+  for (const auto& v : values)
+    if (std::find(choices.begin(), choices.end(), v) == choices.end())
+      throw std::invalid_argument(flag + ": unknown value '" + v + "'");
+  return values;
+}
+
+int64_t at_least(const std::string& flag, const std::string& text, int64_t minimum) {
+  std::size_t used = 0;
+  const int64_t v = std::stoll(text, &used);
+  if (used != text.size() || v < minimum)
+    throw std::invalid_argument(flag + ": expected an integer of at least " + std::to_string(minimum) + ", got '" + text +
+                                "'");
+  return v;
 }
 
 int usage(const char* argv0) {
@@ -337,23 +358,18 @@ int main(int argc, char** argv) {
       else if (arg == "--quick") o.quick = true;
       else if (arg == "--bench") o.bench = true;
       else if (arg == "--json") o.json = true;
-      else if (arg == "--path") {
-        o.paths = split(value());
-        for (const auto& p : o.paths)
-          if (std::find(kPaths.begin(), kPaths.end(), p) == kPaths.end())
-            throw std::invalid_argument("--path: unknown path '" + p + "'");
-      }
+      else if (arg == "--path") o.paths = known(arg, value(), kPaths);
       else if (arg == "--times") {
         o.times.clear();
-        for (const auto& t : split(value())) o.times.push_back(std::stoll(t));
-      } else if (arg == "--batch") o.batch = std::stoll(value());
-      else if (arg == "--heads") o.heads = std::stoll(value());
-      else if (arg == "--dim") o.dim = std::stoll(value());
-      else if (arg == "--hidden") o.hidden = std::stoll(value());
-      else if (arg == "--steps") o.steps = std::stoll(value());
-      else if (arg == "--dtypes") o.dtypes = split(value());
-      else if (arg == "--iters") o.iters = std::stoi(value());
-      else if (arg == "--warmup") o.warmup = std::stoi(value());
+        for (const auto& t : split(value())) o.times.push_back(at_least(arg, t, 1));
+      } else if (arg == "--batch") o.batch = at_least(arg, value(), 1);
+      else if (arg == "--heads") o.heads = at_least(arg, value(), 1);
+      else if (arg == "--dim") o.dim = at_least(arg, value(), 1);
+      else if (arg == "--hidden") o.hidden = at_least(arg, value(), 1);
+      else if (arg == "--steps") o.steps = at_least(arg, value(), 1);
+      else if (arg == "--dtypes") o.dtypes = known(arg, value(), kDtypes);
+      else if (arg == "--iters") o.iters = static_cast<int>(at_least(arg, value(), 1));
+      else if (arg == "--warmup") o.warmup = static_cast<int>(at_least(arg, value(), 0));
       else return usage(argv[0]);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
