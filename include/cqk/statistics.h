@@ -74,8 +74,8 @@ struct SignedRankResult {
 };
 
 // Wilcoxon's signed-rank test of paired differences against zero: the paired
-// test that assumes no normal distribution (seeds that either learn a task or
-// not give bimodal differences). Exact up to kSignedRankExactMax non-zero
+// test that assumes no normal distribution (where some seeds learn a task and
+// others do not, a few differences dwarf the rest). Exact up to kSignedRankExactMax non-zero
 // differences (every sign assignment of their ranks, ties included), the normal
 // approximation with the tie correction above. Throws std::domain_error when
 // every difference is zero.

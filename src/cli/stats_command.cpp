@@ -325,8 +325,8 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
          "variant - base; ± paired / ± Welch: the CI's half-width paired and unpaired (Welch) on the same runs. "
          "d_z = Δ mean / sd of Δ. p Bonferroni: one-sided p times "
       << report.comparisons.size() << " comparisons. Lower: the pairs where the variant's value is below the base's. "
-      << "p signed-rank: Wilcoxon's signed-rank test, one-sided, which does not assume normal differences (seeds that "
-      << "either learn or do not make them bimodal); exact up to " << stats::kSignedRankExactMax
+      << "p signed-rank: Wilcoxon's signed-rank test, one-sided, which does not assume normal differences (where some "
+      << "seeds learn a task and others do not, a few dwarf the rest); exact up to " << stats::kSignedRankExactMax
       << " non-zero differences, ties included. Detectable Δ: the smallest true |Δ| a two-sided paired t-test "
       << "at " << kAlpha << " finds with power " << kPower << " for this many pairs and this sd of Δ. "
       << "`--unpaired` leaves this table out.\n";
