@@ -90,12 +90,14 @@ int64_t at_least(const std::string& flag, const std::string& text, int64_t minim
 }
 
 int usage(const char* argv0) {
+  std::string paths;
+  for (const auto& p : kPaths) paths += (paths.empty() ? "" : ", ") + p;
   std::fprintf(stderr,
                "usage: %s [--check [--quick]] [--bench [--json] [--path NAME,...]] [--times 512,1024,2048] [--batch 8]\n"
                "          [--heads 12] [--dim 64] [--hidden 8] [--steps 2] [--dtypes bf16,fp32] [--iters 20]\n"
                "          [--warmup 5]\n"
-               "paths: sdpa, sdpa-cudnn, rope-sdpa, fused-coupling-rope, fused-coupling, aten-coupling\n",
-               argv0);
+               "paths: %s\n",
+               argv0, paths.c_str());
   return 2;
 }
 
@@ -372,7 +374,7 @@ int main(int argc, char** argv) {
       else if (arg == "--warmup") o.warmup = static_cast<int>(at_least(arg, value(), 0));
       else return usage(argv[0]);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
+      std::fprintf(stderr, "cqk_kernel_bench: error: %s\n", e.what());
       return usage(argv[0]);
     }
   }
