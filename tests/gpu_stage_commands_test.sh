@@ -2,9 +2,9 @@
 # The GPU check's default stages' commands (scripts/gpu_bundle/run.sh)
 # rehearsed on the CPU with the real binaries, so that a renamed flag, config
 # key, kernel path or test group fails here and not in device time. run.sh is
-# told it has a GPU; each part runs its real command, except that `cqk train`
-# runs on the CPU (train.device=cpu), so the train stage trains, pauses,
-# resumes and runs its loss comparison (on the CPU both runs compute the
+# told it has a GPU; each part runs, through run.sh's own part(), its real
+# command, except that `cqk train` runs on the CPU (train.device=cpu), so the
+# train stage trains, pauses, resumes and runs its loss comparison (on the CPU both runs compute the
 # same: the wiring is what is checked). Every other command must get past
 # its argument and config checks to the line that asks for the GPU, and each
 # pattern of a test group must match a test. The kernel table must have a
@@ -31,32 +31,29 @@ for name in "${!LIMIT[@]}"; do LIMIT[$name]=300; done  # a CPU trains slower tha
 eval "version_without_gpu() $(declare -f stage_version | tail -n +2)"
 export -f version_without_gpu
 stage_version() { GPUS=0 version_without_gpu; }
-part() {  # NAME RESERVE COMMAND...: PASSED when it ends well or at the GPU; returns its exit status
-  local name=$1 command=() word rc status=PASSED reason="" logged
-  shift 2
+# run.sh's own part(), each command run through rehearse.
+eval "run_part() $(declare -f part | tail -n +2)"
+part() { run_part "$1" "$2" bash -c 'rehearse "$@"' rehearse "${@:3}"; }
+rehearse() {  # COMMAND...: its exit status, 0 when it ends at the line that asks for a GPU
+  local command=() word filter="" pattern rc
   for word; do
     [[ " $* " == *" bench train "* ]] || word="${word/#train.device=cuda/train.device=cpu}"
+    [[ "$word" != --gtest_filter=* ]] || filter="${word#--gtest_filter=}"
     command+=("$word")
   done
-  echo "== $name: ${command[*]}"
-  logged="$(stat -c %s "$STAGE_LOG")"
-  timeout 120 "${command[@]}" 2>&1
-  rc=$?
-  tail -c +$((logged + 1)) "$STAGE_LOG" >"$STAGE_DIR/part.out"
-  if ((rc != 0)) && ! grep -qxE 'cqk: error: train.device: cuda requested but no GPU is visible|cqk_kernel_bench: no CUDA device' \
-      "$STAGE_DIR/part.out"; then
-    status=FAILED reason="exit $rc: $(head -1 "$STAGE_DIR/part.out")"
-  fi
   # A group joins patterns with ':': each must match a test, not only the whole.
-  local filter="" pattern
-  for word; do [[ "$word" != --gtest_filter=* ]] || filter="${word#--gtest_filter=}"; done
   for pattern in ${filter//:/ }; do
     "$BIN/cqk_tests" --gtest_list_tests --gtest_filter="$pattern" | grep -q '^  ' ||
-      status=FAILED reason="the test pattern $pattern matches no test"
+      { echo "error: the test pattern $pattern matches no test"; return 1; }
   done
-  printf '%s\t%s\t0\t%s\n' "$name" "$status" "${reason//[$'\t\n']/ }" >>"$STAGE_DIR/parts.tsv"
+  "${command[@]}" >"$STAGE_DIR/rehearsal.out" 2>&1
+  rc=$?
+  cat "$STAGE_DIR/rehearsal.out"
+  grep -qxE 'cqk: error: train.device: cuda requested but no GPU is visible|cqk_kernel_bench: no CUDA device' \
+    "$STAGE_DIR/rehearsal.out" && rc=0
   return "$rc"
 }
+export -f run_part rehearse
 EOF
 export CQK_GPU_CHECK_STUBS="$WORK/rehearsal.sh" CQK_NUM_THREADS=2
 
