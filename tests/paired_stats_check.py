@@ -141,6 +141,16 @@ one_seed, _ = run_stats()
 if "cpu-diff-affine vs cpu-diff: no paired test (fewer than 2 seeds in common)" not in one_seed:
     failures.append("no note for a keyed pair with one seed in common:\n" + one_seed)
 
+# Every pair differs by the same amount: no t-test, the signed-rank test in the note.
+for seed, value in enumerate((2.0, 2.5, 3.0, 3.5), start=1):
+    write_run("cpu-mta", seed, value)
+    write_run("cpu-mta-affine", seed, value - 0.25)  # dyadic: each difference exactly -0.25
+same, _ = run_stats()
+want = stats.wilcoxon([-0.25] * 4, alternative="less").pvalue
+note = f"cpu-mta-affine vs cpu-mta: no paired test (every pair differs by -0.25; signed-rank: 4 of 4 lower, p one-sided {want:.4f})"
+if note not in same:
+    failures.append(f"no signed-rank note for equal differences (want '{note}'):\n" + same)
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)

@@ -184,8 +184,16 @@ std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& varian
   }
   for (const auto& [seed, value] : base_by_seed) p.left_out.push_back(seed);
   if (p.seeds.size() < 2) return std::nullopt;
-  p.test = stats::paired_t_test(a, b, kAlpha);
+  if (std::all_of(p.differences.begin(), p.differences.end(), [](double d) { return d == 0; }))
+    throw std::domain_error("every pair has the same value");
   p.signed_rank = stats::wilcoxon_signed_rank(p.differences);
+  try {
+    p.test = stats::paired_t_test(a, b, kAlpha);
+  } catch (const std::domain_error&) {  // one difference for every pair: no t, but the signs still count
+    throw std::domain_error("every pair differs by " + format("%+.6g", p.differences.front()) + "; signed-rank: " +
+                            std::to_string(p.signed_rank.negative) + " of " + std::to_string(p.seeds.size()) +
+                            " lower, p one-sided " + p_value(p.signed_rank.p_less));
+  }
   p.minimum_detectable = stats::minimum_detectable_difference(p.seeds.size(), p.test.sd_difference, kAlpha, kPower);
   const auto welch = stats::welch_t_test(a, b);
   p.welch_half_width = stats::student_t_quantile(1.0 - 0.5 * kAlpha, welch.df) * welch.standard_error;
