@@ -391,45 +391,86 @@ std::string csv_field(const std::string& text) {
 
 std::string csv_number(double value) { return format("%.12g", value); }
 
+// The CSV's columns, in order; a row fills those that apply to it.
+constexpr const char* kCsvColumns[] = {
+    "table", "variant", "base", "metric", "n", "n_base", "mean", "sd", "mean_diff", "t", "df", "p_one_sided",
+    "p_two_sided", "hedges_g", "p_bonferroni", "significant", "sd_diff", "ci_low", "ci_high",
+    "ci_half_width_welch", "d_z", "detectable_diff", "seed", "lower", "signed_rank_p_one_sided",
+    "signed_rank_p_two_sided"};
+
+class CsvRow {
+ public:
+  explicit CsvRow(const std::string& table) { set("table", table); }
+  CsvRow& set(const std::string& column, const std::string& text) {
+    const auto known = std::find(std::begin(kCsvColumns), std::end(kCsvColumns), column);
+    if (known == std::end(kCsvColumns)) throw std::logic_error("stats CSV: no column " + column);
+    fields_[column] = csv_field(text);
+    return *this;
+  }
+  CsvRow& set(const std::string& column, double value) { return set(column, csv_number(value)); }
+  CsvRow& set(const std::string& column, std::size_t count) { return set(column, std::to_string(count)); }
+  CsvRow& set(const std::string& column, bool flag) { return set(column, std::string(flag ? "true" : "false")); }
+
+  std::string line() const {
+    std::string text;
+    for (const char* column : kCsvColumns) {
+      if (column != kCsvColumns[0]) text += ",";
+      if (const auto field = fields_.find(column); field != fields_.end()) text += field->second;
+    }
+    return text + "\n";
+  }
+
+ private:
+  std::map<std::string, std::string> fields_;
+};
+
 // One long-format table: a "variant" row per variant and metric (that some
-// of its runs have; n counts them), a "comparison" row per pair; columns that
-// do not apply to a row stay empty.
+// of its runs have; n counts them), a "comparison" row per pair, a
+// "paired_comparison" row and a "pair" row per seed for each paired one.
 std::string render_csv(const Report& report) {
   std::ostringstream out;
-  out << "table,variant,base,metric,n,n_base,mean,sd,mean_diff,t,df,p_one_sided,p_two_sided,hedges_g,"
-         "p_bonferroni,significant,sd_diff,ci_low,ci_high,ci_half_width_welch,d_z,detectable_diff,seed,lower,"
-         "signed_rank_p_one_sided,signed_rank_p_two_sided\n";
-  const auto& metrics = report.reported_metrics;
+  for (const char* column : kCsvColumns) out << (column == kCsvColumns[0] ? "" : ",") << column;
+  out << "\n";
   for (const auto& [name, runs] : report.groups) {
-    for (const auto& metric : metrics) {
+    for (const auto& metric : report.reported_metrics) {
       const auto values = sweep::metric_values(runs, metric);
       if (values.empty()) continue;
-      out << "variant," << csv_field(name) << ",," << metric << "," << values.size() << ",,"
-          << csv_number(stats::mean(values)) << "," << (values.size() < 2 ? "" : csv_number(stats::sample_sd(values)))
-          << ",,,,,,,,,,,,,,,,,,\n";
+      CsvRow row("variant");
+      row.set("variant", name).set("metric", metric).set("n", values.size()).set("mean", stats::mean(values));
+      if (values.size() >= 2) row.set("sd", stats::sample_sd(values));
+      out << row.line();
     }
   }
   for (const auto& c : report.comparisons) {
-    out << "comparison," << csv_field(c.variant) << "," << csv_field(c.base) << ","
-        << report.metric << "," << c.n_variant << "," << c.n_base << ",,,"
-        << csv_number(c.mean_difference) << "," << csv_number(c.welch.t) << "," << csv_number(c.welch.df) << ","
-        << csv_number(c.welch.p_less) << "," << csv_number(c.welch.p_two_sided) << "," << csv_number(c.hedges_g)
-        << "," << csv_number(c.p_bonferroni) << "," << (c.p_bonferroni < kAlpha ? "true" : "false") << ",,,,,,,,,,\n";
+    out << CsvRow("comparison")
+               .set("variant", c.variant).set("base", c.base).set("metric", report.metric)
+               .set("n", c.n_variant).set("n_base", c.n_base).set("mean_diff", c.mean_difference)
+               .set("t", c.welch.t).set("df", c.welch.df).set("p_one_sided", c.welch.p_less)
+               .set("p_two_sided", c.welch.p_two_sided).set("hedges_g", c.hedges_g)
+               .set("p_bonferroni", c.p_bonferroni).set("significant", c.p_bonferroni < kAlpha)
+               .line();
   }
   for (const auto& c : report.comparisons) {
     if (!c.paired) continue;
     const auto& p = *c.paired;
     const auto& t = p.test;
-    const std::string prefix = csv_field(c.variant) + "," + csv_field(c.base) + "," + report.metric;
-    out << "paired_comparison," << prefix << "," << t.pairs << "," << t.pairs << ",,," << csv_number(t.mean_difference)
-        << "," << csv_number(t.t) << "," << csv_number(t.df) << "," << csv_number(t.p_less) << ","
-        << csv_number(t.p_two_sided) << ",," << csv_number(p.p_bonferroni) << ","
-        << (p.p_bonferroni < kAlpha ? "true" : "false") << "," << csv_number(t.sd_difference) << ","
-        << csv_number(t.ci_low) << "," << csv_number(t.ci_high) << "," << csv_number(p.welch_half_width) << ","
-        << csv_number(t.d_z) << "," << csv_number(p.minimum_detectable) << ",," << p.signed_rank.negative << ","
-        << csv_number(p.signed_rank.p_less) << "," << csv_number(p.signed_rank.p_two_sided) << "\n";
-    for (std::size_t i = 0; i < p.seeds.size(); ++i)
-      out << "pair," << prefix << ",,,,," << csv_number(p.differences[i]) << ",,,,,,,,,,,,,," << p.seeds[i] << ",,,\n";
+    out << CsvRow("paired_comparison")
+               .set("variant", c.variant).set("base", c.base).set("metric", report.metric)
+               .set("n", t.pairs).set("n_base", t.pairs).set("mean_diff", t.mean_difference).set("t", t.t)
+               .set("df", t.df).set("p_one_sided", t.p_less).set("p_two_sided", t.p_two_sided)
+               .set("p_bonferroni", p.p_bonferroni).set("significant", p.p_bonferroni < kAlpha)
+               .set("sd_diff", t.sd_difference).set("ci_low", t.ci_low).set("ci_high", t.ci_high)
+               .set("ci_half_width_welch", p.welch_half_width).set("d_z", t.d_z)
+               .set("detectable_diff", p.minimum_detectable).set("lower", p.signed_rank.negative)
+               .set("signed_rank_p_one_sided", p.signed_rank.p_less)
+               .set("signed_rank_p_two_sided", p.signed_rank.p_two_sided)
+               .line();
+    for (std::size_t i = 0; i < p.seeds.size(); ++i) {
+      out << CsvRow("pair")
+                 .set("variant", c.variant).set("base", c.base).set("metric", report.metric)
+                 .set("mean_diff", p.differences[i]).set("seed", std::to_string(p.seeds[i]))
+                 .line();
+    }
   }
   return out.str();
 }
