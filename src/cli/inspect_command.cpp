@@ -54,12 +54,6 @@ void resolve_vocab_size(Config& config) {
   take_vocab_size_from_data(config.model, data_vocab, data_source);
 }
 
-std::string format(const char* spec, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, spec, value);
-  return text;
-}
-
 std::string millions(int64_t count) {
   return format(count >= 1000000 ? "%.1fM" : "%.3fM", static_cast<double>(count) / 1e6);
 }

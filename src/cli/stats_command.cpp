@@ -1,7 +1,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -67,12 +66,6 @@ struct Report {
   std::vector<Comparison> comparisons;
   std::vector<std::string> notes;
 };
-
-std::string format(const char* spec, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, spec, value);
-  return buffer;
-}
 
 std::string p_value(double p) { return format(p >= 1e-3 ? "%.4f" : "%.1e", p); }
 
