@@ -104,11 +104,16 @@ NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 NVCC_CUDA="$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 say "nvcc $NVCC_CUDA ($NVCC), kernels for sm_$ARCH, $(nproc) cores"
 
-if python3 -c 'import torch' 2>/dev/null; then
+# Torch's cmake prefix, version, CUDA version and GPU, from PYTHON, within the
+# budget: the first import on a fresh machine can take long.
+read_torch() {  # PYTHON
+  bounded "$(limit 60 120)" "$1" -c 'import torch, torch.utils
+print(torch.utils.cmake_prefix_path)
+print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' >"$LOGS/torch.txt" 2>/dev/null &&
+    { read -r TORCH_PREFIX && read -r TORCH_VERSION TORCH_CUDA TORCH_GPU; } <"$LOGS/torch.txt"
+}
+if read_torch python3; then
   PYTHON="$(command -v python3)"
-  TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  read -r TORCH_VERSION TORCH_CUDA TORCH_GPU < <("$PYTHON" -c \
-    'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())')
   note "torch $TORCH_VERSION (CUDA $TORCH_CUDA, GPU visible: $TORCH_GPU) from $PYTHON"
   if [[ "${TORCH_CUDA%%.*}" != "${NVCC_CUDA%%.*}" ]]; then
     note "warning: torch is built for CUDA $TORCH_CUDA, nvcc is $NVCC_CUDA (different major versions)"
@@ -117,10 +122,10 @@ else
   say "no torch in python3: using the pinned LibTorch (scripts/setup.sh)"
   # shellcheck source=env.sh
   source "$ROOT/scripts/env.sh"
-  "$ROOT/scripts/setup.sh" || { echo "gpu_check: setup failed" >&2; exit 1; }
+  bounded "$(limit 120 600)" "$ROOT/scripts/setup.sh" || { echo "gpu_check: setup failed" >&2; exit 1; }
   PYTHON="$CQK_VENV/bin/python"
-  TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  note "torch $CQK_TORCH_VERSION from $CQK_VENV"
+  read_torch "$PYTHON" || { echo "gpu_check: torch from $PYTHON does not import" >&2; exit 1; }
+  note "torch $TORCH_VERSION from $CQK_VENV"
 fi
 
 # --- carried Debian packages ----------------------------------------------------
