@@ -153,8 +153,8 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
 }
 
 // `cqk recall` on a grid of 2 couplings x 2 seeds with tiny runs: the table
-// (mean ± sd over seeds), the per-run CSV, and a second call that reuses the
-// finished runs instead of training them again.
+// (mean ± sd over seeds), how soon runs solved the task, the per-run CSV, and
+// a second call that reuses the finished runs instead of training them again.
 TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
   cqk::testing::TempDir dir("cqk-recall");
   const std::string study =
@@ -210,9 +210,21 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
     edited["test"]["accuracy"] = accuracy;
     std::ofstream(file) << edited.dump();
   }
+  // How soon: the first evaluation whose valid accuracy reached 0.95, from metrics.jsonl (a torn line skipped).
+  std::ofstream(dir / "study/p2-t12-d16-vanilla-affine-seed1/metrics.jsonl", std::ios::app)
+      << R"({"step":1,"valid_accuracy":0.5})" "\n" R"({"step":2,"valid_accuracy":0.96})" "\n" R"({"step":3,"valid_acc)";
+  std::ofstream(dir / "study/p2-t12-d16-vanilla-affine-seed2/metrics.jsonl", std::ios::app)
+      << R"({"step":1,"valid_accuracy":0.99})" "\n";
   ASSERT_EQ(run_tool(study, dir.path()).exit_code, 0);
-  EXPECT_NE(read_file(dir / "study/recall_accuracy.md").find("| 0.955 ± 0.021, 1 solved |"), std::string::npos)
-      << read_file(dir / "study/recall_accuracy.md");
+  const std::string solved = read_file(dir / "study/recall_accuracy.md");
+  EXPECT_NE(solved.find("| 0.955 ± 0.021, 1 solved |"), std::string::npos) << solved;
+  EXPECT_NE(solved.find("step at which valid accuracy first reached 0.95 (evaluations every 100 steps)"),
+            std::string::npos) << solved;
+  EXPECT_NE(solved.find("| 2 | 12 | 16 | 0 of 2 | 1.5 (1-2), 2 of 2 |"), std::string::npos) << solved;
+  const std::string solved_csv = read_file(dir / "study/recall_accuracy.csv");
+  EXPECT_NE(solved_csv.find("2,12,16,vanilla,affine,1,0.97,2\n"), std::string::npos) << solved_csv;
+  EXPECT_NE(solved_csv.find("2,12,16,vanilla,affine,2,0.94,1\n"), std::string::npos) << solved_csv;
+  EXPECT_TRUE(std::regex_search(solved_csv, std::regex(R"(\n2,12,16,vanilla,none,1,[0-9.e-]+,\n)"))) << solved_csv;
 
   // The same folder with other settings is refused, not mixed into the table; so is a repeated seed.
   expect_one_error_line(run_tool(study + " --set train.steps=4", dir.path()), "finished with another config");
@@ -236,7 +248,8 @@ TEST(CliTool, RecallStudyLeavesDivergedRunsOutOfTheTables) {
             std::string::npos)
       << study.err;
   EXPECT_NE(read_file(dir / "study/recall_accuracy.md").find("| 2 | 12 | 16 | diverged |"), std::string::npos);
-  EXPECT_EQ(read_file(dir / "study/recall_accuracy.csv"), "pairs,seq_len,width,attention,coupling,seed,test_accuracy\n");
+  EXPECT_EQ(read_file(dir / "study/recall_accuracy.csv"),
+            "pairs,seq_len,width,attention,coupling,seed,test_accuracy,solved_at_step\n");
 }
 
 TEST(CliTool, InspectPrintsTheModel) {

@@ -1,7 +1,8 @@
 // `cqk recall`: the associative-recall study. Trains one small model per grid
 // point (pairs x sequence length x width x attention kind x coupling kind) and
 // seed on the generated multi-query associative-recall task and tabulates test
-// accuracy (mean and standard deviation over the seeds).
+// accuracy (mean and standard deviation over the seeds) and how soon the runs
+// solved it.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,26 +39,65 @@ struct GridPoint {
   }
 };
 
-// A run solved the task at this test accuracy. Runs learn the binding of keys
+// A run solved the task at this accuracy: test accuracy at its end, valid
+// accuracy at an evaluation for how soon. Runs learn the binding of keys
 // to values in part or in full (from near 1/pairs, any of the sequence's
 // values, up to 1), so across seeds the mean hides what the count shows.
 constexpr double kSolvedAccuracy = 0.95;
 
+// What a study keeps of one finished run.
+struct RunResult {
+  double test_accuracy = 0;
+  std::optional<int64_t> solved_at_step;  // the first evaluation with valid accuracy >= kSolvedAccuracy
+};
+
 // "0.912" for one seed, "0.912 ± 0.031, 2 solved" (sample sd; runs at or above
 // kSolvedAccuracy) for several; the count of seeds when some of the `seeds`
 // runs diverged, "diverged" when all did.
-std::string format_accuracy(const std::vector<double>& accuracies, size_t seeds) {
-  char text[64];
-  if (accuracies.empty()) return "diverged";
+std::string format_accuracy(const std::vector<RunResult>& results, size_t seeds) {
+  if (results.empty()) return "diverged";
+  std::vector<double> accuracies;
+  for (const auto& r : results) accuracies.push_back(r.test_accuracy);
+  std::string text;
   if (accuracies.size() == 1) {
-    std::snprintf(text, sizeof text, "%.3f", accuracies[0]);
+    text = format("%.3f", accuracies[0]);
   } else {
     const auto solved = std::count_if(accuracies.begin(), accuracies.end(), [](double a) { return a >= kSolvedAccuracy; });
-    std::snprintf(text, sizeof text, "%.3f ± %.3f, %td solved", stats::mean(accuracies), stats::sample_sd(accuracies),
-                  solved);
+    text = format("%.3f", stats::mean(accuracies)) + " ± " + format("%.3f", stats::sample_sd(accuracies)) + ", " +
+           std::to_string(solved) + " solved";
   }
   if (accuracies.size() == seeds) return text;
-  return text + (" (" + std::to_string(accuracies.size()) + " of " + std::to_string(seeds) + " seeds)");
+  return text + " (" + std::to_string(accuracies.size()) + " of " + std::to_string(seeds) + " seeds)";
+}
+
+// "260 (200-300), 9 of 10": the mean and range of the step at which valid
+// accuracy first reached kSolvedAccuracy, over the runs that reached it, and
+// how many of the finished runs did; "diverged" when none finished.
+std::string format_solved_step(const std::vector<RunResult>& results) {
+  if (results.empty()) return "diverged";
+  std::vector<double> steps;
+  for (const auto& r : results)
+    if (r.solved_at_step) steps.push_back(static_cast<double>(*r.solved_at_step));
+  const std::string count = std::to_string(steps.size()) + " of " + std::to_string(results.size());
+  if (steps.empty()) return count;
+  const auto [low, high] = std::minmax_element(steps.begin(), steps.end());
+  return format("%.4g", stats::mean(steps)) + " (" + format("%.0f", *low) + "-" + format("%.0f", *high) + "), " + count;
+}
+
+// The first evaluation step at which the run's valid accuracy reached
+// kSolvedAccuracy (its metrics.jsonl, one evaluation every train.eval_every
+// steps), nullopt when none did. A torn line is skipped.
+std::optional<int64_t> solved_at_step(const std::filesystem::path& run_dir) {
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  std::optional<int64_t> first;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!entry.is_object() || !entry.contains("valid_accuracy") || !entry.contains("step")) continue;
+    if (entry["valid_accuracy"].get<double>() < kSolvedAccuracy) continue;
+    const auto step = entry["step"].get<int64_t>();
+    if (!first || step < *first) first = step;
+  }
+  return first;
 }
 
 // Test accuracy of a run that finished with this config (its results.json), or
@@ -155,10 +196,10 @@ void add_recall_command(CLI::App& app) {
     }
 
     std::filesystem::create_directories(args->out);
-    std::map<std::string, std::vector<double>> accuracy;  // grid point name -> test accuracy per seed
+    std::map<std::string, std::vector<RunResult>> results;  // grid point name -> one per finished seed
     std::vector<std::string> diverged;
     std::ostringstream csv;
-    csv << "pairs,seq_len,width,attention,coupling,seed,test_accuracy\n";
+    csv << "pairs,seq_len,width,attention,coupling,seed,test_accuracy,solved_at_step\n";
     for (size_t i = 0; i < runs.size(); ++i) {
       const Run& run = runs[i];
       const std::string label = "recall run " + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + ": " +
@@ -184,37 +225,49 @@ void add_recall_command(CLI::App& app) {
         }
         acc = summary.test.accuracy;
       }
-      accuracy[run.point->name()].push_back(*acc);
+      const RunResult result{*acc, solved_at_step(run.dir)};
+      results[run.point->name()].push_back(result);
       const GridPoint& p = *run.point;
       csv << p.pairs << "," << p.seq_len << "," << p.width << "," << p.attention << "," << p.coupling << ","
-          << run.seed << "," << *acc << "\n";
+          << run.seed << "," << result.test_accuracy << ","
+          << (result.solved_at_step ? std::to_string(*result.solved_at_step) : "") << "\n";
     }
 
-    // One row per (pairs, seq_len, width); one column per attention x coupling.
-    std::ostringstream markdown;
-    markdown << "| pairs | seq_len | width |";
-    for (const auto& a : args->attention)
-      for (const auto& c : args->coupling) markdown << " " << a << "+" << c << " |";
-    markdown << "\n|---|---|---|";
-    for (size_t i = 0; i < args->attention.size() * args->coupling.size(); ++i) markdown << "---|";
-    markdown << "\n";
-    for (auto pairs : args->pairs)
-      for (auto seq_len : args->seq_lens)
-        for (auto width : args->widths) {
-          markdown << "| " << pairs << " | " << seq_len << " | " << width << " |";
-          for (const auto& a : args->attention)
-            for (const auto& c : args->coupling)
-              markdown << " " << format_accuracy(accuracy[GridPoint{pairs, seq_len, width, a, c}.name()], args->seeds.size())
-                       << " |";
-          markdown << "\n";
-        }
-    write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.md").string(), markdown.str());
+    // One row per (pairs, seq_len, width); one column per attention x coupling; `cell` fills it.
+    const auto table = [&](const std::function<std::string(const std::vector<RunResult>&)>& cell) {
+      std::ostringstream markdown;
+      markdown << "| pairs | seq_len | width |";
+      for (const auto& a : args->attention)
+        for (const auto& c : args->coupling) markdown << " " << a << "+" << c << " |";
+      markdown << "\n|---|---|---|";
+      for (size_t i = 0; i < args->attention.size() * args->coupling.size(); ++i) markdown << "---|";
+      markdown << "\n";
+      for (auto pairs : args->pairs)
+        for (auto seq_len : args->seq_lens)
+          for (auto width : args->widths) {
+            markdown << "| " << pairs << " | " << seq_len << " | " << width << " |";
+            for (const auto& a : args->attention)
+              for (const auto& c : args->coupling)
+                markdown << " " << cell(results[GridPoint{pairs, seq_len, width, a, c}.name()]) << " |";
+            markdown << "\n";
+          }
+      return markdown.str();
+    };
+    const size_t seeds = args->seeds.size();
+    const std::string accuracy_title =
+        "test accuracy on multi-query associative recall (" + std::to_string(seeds) + " seed" +
+        (seeds == 1 ? ")" : "s: mean ± sd, and the seeds that solved it (test accuracy >= " +
+                                format("%.2f", kSolvedAccuracy) + "))");
+    const std::string solved_title =
+        "step at which valid accuracy first reached " + format("%.2f", kSolvedAccuracy) + " (evaluations every " +
+        std::to_string(runs.front().config.train.eval_every) +
+        " steps): mean (range) over the runs that reached it, and how many of the finished runs did";
+    const std::string markdown = accuracy_title + "\n\n" +
+                                 table([&](const auto& r) { return format_accuracy(r, seeds); }) + "\n" +
+                                 solved_title + "\n\n" + table(format_solved_step);
+    write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.md").string(), markdown);
     write_file_atomically((std::filesystem::path(args->out) / "recall_accuracy.csv").string(), csv.str());
-    char over_seeds[96];
-    std::snprintf(over_seeds, sizeof over_seeds, "s: mean ± sd, and the seeds that solved it (test accuracy >= %.2f)",
-                  kSolvedAccuracy);
-    std::printf("test accuracy on multi-query associative recall (%zu seed%s)\n\n%s\n", args->seeds.size(),
-                args->seeds.size() == 1 ? "" : over_seeds, markdown.str().c_str());
+    std::printf("%s", markdown.c_str());
     if (!diverged.empty()) {
       std::string runs_text;
       for (const auto& run : diverged) runs_text += (runs_text.empty() ? "" : ", ") + run;
