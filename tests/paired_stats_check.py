@@ -145,8 +145,15 @@ if "cpu-diff-affine vs cpu-diff: no paired test (fewer than 2 seeds in common)" 
 for seed, value in enumerate((2.0, 2.5, 3.0, 3.5), start=1):
     write_run("cpu-mta", seed, value)
     write_run("cpu-mta-affine", seed, value - 0.25)  # dyadic: each difference exactly -0.25
+# ... also when they are equal in decimal only (a few ulps apart as doubles).
+for seed, value in enumerate((1.970, 1.962, 1.975, 1.968), start=1):
+    write_run("cpu-rope", seed, value)
+    write_run("cpu-rope-affine", seed, round(value - 0.003, 3))
 same, _ = run_stats()
 want = stats.wilcoxon([-0.25] * 4, alternative="less").pvalue
+note = f"cpu-rope-affine vs cpu-rope: no paired test (every pair differs by -0.003; signed-rank: 4 of 4 lower, p one-sided {want:.4f})"
+if note not in same:
+    failures.append(f"no signed-rank note for differences equal in decimal (want '{note}'):\n" + same)
 note = f"cpu-mta-affine vs cpu-mta: no paired test (every pair differs by -0.25; signed-rank: 4 of 4 lower, p one-sided {want:.4f})"
 if note not in same:
     failures.append(f"no signed-rank note for equal differences (want '{note}'):\n" + same)

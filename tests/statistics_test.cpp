@@ -201,6 +201,19 @@ TEST(StatsSignedRank, MatchesScipy) {
   expect_signed_rank(sixty, 0.22950844234047957, 0.7704915576595204, 0.45901688468095914, false, 1e-12);
 }
 
+// Differences equal in decimal are a few ulps apart as doubles: no spread to
+// test against, not a t of 1e13. A small real spread is still tested.
+TEST(StatsPaired, SpreadOfRoundingOnlyIsNoSpread) {
+  const std::vector<double> base{1.970, 1.962, 1.975, 1.968};
+  const std::vector<double> variant{1.967, 1.959, 1.972, 1.965};  // -0.003 each, to rounding
+  ASSERT_NE(variant[0] - base[0], variant[2] - base[2]);           // the premise: not bit-equal
+  EXPECT_THROW(stats::paired_t_test(variant, base), std::domain_error);
+  EXPECT_THROW(stats::paired_t_test({2.0, 3.0}, {1.0, 2.0}), std::domain_error);
+  const auto r = stats::paired_t_test({1.967, 1.959, 1.972, 1.9651}, base);
+  EXPECT_NEAR(r.mean_difference, -0.002975, 1e-12);
+  EXPECT_LT(r.t, -50);
+}
+
 TEST(StatsBonferroni, MultipliesAndCapsAtOne) {
   EXPECT_DOUBLE_EQ(stats::bonferroni(0.01, 3), 0.03);
   EXPECT_DOUBLE_EQ(stats::bonferroni(0.02, 1), 0.02);

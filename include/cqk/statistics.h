@@ -60,7 +60,8 @@ struct PairedResult {
 
 // The paired t-test of a against b, a[i] and b[i] being one pair (same size, at
 // least two pairs), with a two-sided (1 - alpha) confidence interval. Throws
-// std::domain_error when every difference is the same (zero variance).
+// std::domain_error when every difference is the same, to rounding (a spread
+// within a few ulps of the values).
 PairedResult paired_t_test(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
 
 struct SignedRankResult {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -156,7 +157,12 @@ PairedResult paired_t_test(const std::vector<double>& a, const std::vector<doubl
   PairedResult r;
   r.pairs = d.size();
   r.sd_difference = std::sqrt(sample_variance(d, "paired_t_test: the differences"));
-  if (r.sd_difference == 0) throw std::domain_error("paired_t_test: every pair has the same difference");
+  // Differences equal in decimal (1.970 - 1.967 and 1.962 - 1.959) differ in
+  // their last bits; a spread that small is rounding, and t would be ~1e13.
+  double scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) scale = std::max({scale, std::fabs(a[i]), std::fabs(b[i])});
+  if (r.sd_difference <= 8 * std::numeric_limits<double>::epsilon() * scale)
+    throw std::domain_error("paired_t_test: every pair has the same difference");
   r.mean_difference = mean(d);
   r.df = static_cast<double>(r.pairs - 1);
   const double se = r.sd_difference / std::sqrt(static_cast<double>(r.pairs));
