@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -400,6 +402,7 @@ class CsvRow {
     fields_[column] = csv_field(text);
     return *this;
   }
+  CsvRow& set(const std::string& column, const char* text) { return set(column, std::string(text)); }  // not bool
   CsvRow& set(const std::string& column, double value) { return set(column, csv_number(value)); }
   CsvRow& set(const std::string& column, std::size_t count) { return set(column, std::to_string(count)); }
   CsvRow& set(const std::string& column, bool flag) { return set(column, std::string(flag ? "true" : "false")); }
