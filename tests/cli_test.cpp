@@ -177,7 +177,7 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
       std::regex(R"(\| 2 \| 12 \| 16 \| [01]\.\d{3} ± \d\.\d{3}, (\d) solved \| [01]\.\d{3} ± \d\.\d{3}, (\d) solved \|)")))
       << table;
   const std::string csv = read_file(dir / "study/recall_accuracy.csv");
-  // The solved counts against the CSV's accuracies (the last field of each run's row).
+  // The solved counts against the CSV's accuracies (the field after the seed).
   for (const auto& [coupling, cell] : {std::pair{"none", 1}, std::pair{"affine", 2}}) {
     int solved = 0;
     for (const char* seed : {"1", "2"}) {
@@ -215,10 +215,13 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
       << R"({"step":1,"valid_accuracy":0.5})" "\n" R"({"step":2,"valid_accuracy":0.96})" "\n" R"({"step":3,"valid_acc)";
   std::ofstream(dir / "study/p2-t12-d16-vanilla-affine-seed2/metrics.jsonl", std::ios::app)
       << R"({"step":1,"valid_accuracy":0.99})" "\n";
+  for (const char* seed : {"1", "2"})  // never reached, whatever three real steps learnt; a null is skipped
+    std::ofstream(dir / (std::string("study/p2-t12-d16-vanilla-none-seed") + seed + "/metrics.jsonl"))
+        << R"({"step":3,"valid_accuracy":0.5})" "\n" R"({"step":2,"valid_accuracy":null})" "\n";
   ASSERT_EQ(run_tool(study, dir.path()).exit_code, 0);
   const std::string solved = read_file(dir / "study/recall_accuracy.md");
   EXPECT_NE(solved.find("| 0.955 ± 0.021, 1 solved |"), std::string::npos) << solved;
-  EXPECT_NE(solved.find("step at which valid accuracy first reached 0.95 (evaluations every 100 steps)"),
+  EXPECT_NE(solved.find("step at which valid accuracy first reached 0.95 (evaluations every 100 steps and at the end)"),
             std::string::npos) << solved;
   EXPECT_NE(solved.find("| 2 | 12 | 16 | 0 of 2 | 1.5 (1-2), 2 of 2 |"), std::string::npos) << solved;
   const std::string solved_csv = read_file(dir / "study/recall_accuracy.csv");

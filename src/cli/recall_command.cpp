@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -81,18 +82,23 @@ std::string format_solved_step(const std::vector<RunResult>& results) {
   const std::string count = std::to_string(steps.size()) + " of " + std::to_string(results.size());
   if (steps.empty()) return count;
   const auto [low, high] = std::minmax_element(steps.begin(), steps.end());
-  return format("%.4g", stats::mean(steps)) + " (" + format("%.0f", *low) + "-" + format("%.0f", *high) + "), " + count;
+  const double mean = stats::mean(steps);
+  return format(mean == std::floor(mean) ? "%.0f" : "%.1f", mean) + " (" + format("%.0f", *low) + "-" +
+         format("%.0f", *high) + "), " + count;
 }
 
 // The first evaluation step at which the run's valid accuracy reached
-// kSolvedAccuracy (its metrics.jsonl, one evaluation every train.eval_every
-// steps), nullopt when none did. A torn line is skipped.
+// kSolvedAccuracy (its metrics.jsonl: an evaluation every train.eval_every
+// steps and the final one), nullopt when none did. A torn line, or one whose
+// fields are not numbers, is skipped.
 std::optional<int64_t> solved_at_step(const std::filesystem::path& run_dir) {
   std::ifstream metrics(run_dir / "metrics.jsonl");
   std::optional<int64_t> first;
   for (std::string line; std::getline(metrics, line);) {
     const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!entry.is_object() || !entry.contains("valid_accuracy") || !entry.contains("step")) continue;
+    if (!entry.is_object() || !entry.contains("valid_accuracy") || !entry["valid_accuracy"].is_number() ||
+        !entry.contains("step") || !entry["step"].is_number_integer())
+      continue;
     if (entry["valid_accuracy"].get<double>() < kSolvedAccuracy) continue;
     const auto step = entry["step"].get<int64_t>();
     if (!first || step < *first) first = step;
@@ -195,6 +201,7 @@ void add_recall_command(CLI::App& app) {
       }
     }
 
+    const int64_t eval_every = runs.front().config.train.eval_every;  // runs: one per grid point and seed, at least one
     std::filesystem::create_directories(args->out);
     std::map<std::string, std::vector<RunResult>> results;  // grid point name -> one per finished seed
     std::vector<std::string> diverged;
@@ -260,8 +267,8 @@ void add_recall_command(CLI::App& app) {
                                 format("%.2f", kSolvedAccuracy) + "))");
     const std::string solved_title =
         "step at which valid accuracy first reached " + format("%.2f", kSolvedAccuracy) + " (evaluations every " +
-        std::to_string(runs.front().config.train.eval_every) +
-        " steps): mean (range) over the runs that reached it, and how many of the finished runs did";
+        std::to_string(eval_every) +
+        " steps and at the end): mean (range) over the runs that reached it, and how many of the finished runs did";
     const std::string markdown = accuracy_title + "\n\n" +
                                  table([&](const auto& r) { return format_accuracy(r, seeds); }) + "\n" +
                                  solved_title + "\n\n" + table(format_solved_step);
