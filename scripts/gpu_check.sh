@@ -14,7 +14,7 @@
 #                                        build-gpu-deps/, for a GPU machine without them
 #                                        (carry that folder along; it is git-ignored)
 #
-# Torch: the machine's own when `python3 -c 'import torch'` works (its
+# Torch: the machine's own when python3 imports it (within 2 minutes; its
 # cmake_prefix_path; its CUDA version is checked against nvcc's), else the
 # pinned LibTorch of scripts/setup.sh. Dependencies: the system's, plus
 # build-gpu-deps/*.deb unpacked under /tmp/cqk-deps when present. If the full
@@ -105,14 +105,25 @@ NVCC_CUDA="$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 say "nvcc $NVCC_CUDA ($NVCC), kernels for sm_$ARCH, $(nproc) cores"
 
 # Torch's cmake prefix, version, CUDA version and GPU, from PYTHON, within the
-# budget: the first import on a fresh machine can take long.
+# budget (a first import on a fresh machine can be slow); tagged lines, so
+# that whatever else an import prints is not read. 124: past the limit.
 read_torch() {  # PYTHON
+  local rc=0
   bounded "$(limit 60 120)" "$1" -c 'import torch, torch.utils
-print(torch.utils.cmake_prefix_path)
-print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' >"$LOGS/torch.txt" 2>/dev/null &&
-    { read -r TORCH_PREFIX && read -r TORCH_VERSION TORCH_CUDA TORCH_GPU; } <"$LOGS/torch.txt"
+print("cqk-torch-prefix", torch.utils.cmake_prefix_path)
+print("cqk-torch-version", torch.__version__, torch.version.cuda, torch.cuda.is_available())' \
+    >"$LOGS/torch.txt" 2>/dev/null || rc=$?
+  ((rc == 0)) || return "$rc"
+  TORCH_PREFIX="$(sed -n 's/^cqk-torch-prefix //p' "$LOGS/torch.txt")"
+  read -r TORCH_VERSION TORCH_CUDA TORCH_GPU < <(sed -n 's/^cqk-torch-version //p' "$LOGS/torch.txt")
+  [[ -n "$TORCH_PREFIX" && -n "${TORCH_VERSION:-}" ]]
 }
-if read_torch python3; then
+rc=0
+read_torch python3 || rc=$?
+if ((rc == 124)); then  # a torch that is there but slow: setup.sh would need the network instead
+  echo "gpu_check: importing torch from python3 ran past its limit" >&2
+  exit 1
+elif ((rc == 0)); then
   PYTHON="$(command -v python3)"
   note "torch $TORCH_VERSION (CUDA $TORCH_CUDA, GPU visible: $TORCH_GPU) from $PYTHON"
   if [[ "${TORCH_CUDA%%.*}" != "${NVCC_CUDA%%.*}" ]]; then
