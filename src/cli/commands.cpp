@@ -1,7 +1,6 @@
 // The helpers commands.h shares between the subcommands.
 #include "commands.h"
 
-#include <cstdio>
 #include <stdexcept>
 
 namespace cqk::cli {
@@ -12,12 +11,6 @@ int& exit_status() {
 }
 
 std::string one_line(const std::string& message) { return message.substr(0, message.find('\n')); }
-
-std::string format(const char* spec, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, spec, value);
-  return text;
-}
 
 std::function<std::string(const std::string&)> option_check(void (*check)(const std::string&)) {
   return [check](const std::string& value) {

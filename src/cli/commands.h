@@ -13,8 +13,6 @@ namespace cqk::cli {
 int& exit_status();
 // The first line of an error message, without torch's backtrace.
 std::string one_line(const std::string& message);
-// `value` through one printf conversion: format("%.3f", x).
-std::string format(const char* spec, double value);
 // A CLI11 option check from a check that throws std::invalid_argument naming the problem.
 std::function<std::string(const std::string&)> option_check(void (*check)(const std::string&));
 

@@ -27,6 +27,7 @@
 #include "cqk/token_file.h"
 #include "cqk/trainer.h"
 #include "cqk/trained_model.h"
+#include "support/printf_number.h"
 #include "train/run_setup.h"
 
 namespace cqk::cli {
@@ -55,13 +56,13 @@ void resolve_vocab_size(Config& config) {
 }
 
 std::string millions(int64_t count) {
-  return format(count >= 1000000 ? "%.1fM" : "%.3fM", static_cast<double>(count) / 1e6);
+  return printf_number(count >= 1000000 ? "%.1fM" : "%.3fM", static_cast<double>(count) / 1e6);
 }
 
 std::string flops(double value) {
-  if (value >= 1e9) return format("%.2f GFLOP", value / 1e9);
-  if (value >= 1e6) return format("%.2f MFLOP", value / 1e6);
-  return format("%.2f kFLOP", value / 1e3);
+  if (value >= 1e9) return printf_number("%.2f GFLOP", value / 1e9);
+  if (value >= 1e6) return printf_number("%.2f MFLOP", value / 1e6);
+  return printf_number("%.2f kFLOP", value / 1e3);
 }
 
 std::string coupling_summary(const CouplingOptions& c) {
@@ -69,10 +70,10 @@ std::string coupling_summary(const CouplingOptions& c) {
   std::string text = to_string(c.kind()) + " (";
   if (c.kind() == CouplingKind::Dynamics)
     text += to_string(c.integrator()) + ", steps " + std::to_string(c.steps()) + ", dt_init " +
-            format("%g", c.dt_init());
+            printf_number("%g", c.dt_init());
   else
     text += "hidden " + std::to_string(c.hidden()) + ", steps " + std::to_string(c.steps()) + ", clamp " +
-            format("%g", c.clamp());
+            printf_number("%g", c.clamp());
   if (c.shared_across_heads()) text += ", shared across heads";
   if (c.separate_pairs()) text += ", separate pairs";
   return text + ")";
@@ -101,14 +102,14 @@ void print_summary(const Config& config, const std::string& source) {
   std::cout << counts.describe() << "\n";
   std::cout << "params: " << millions(counts.total()) << " (" << counts.total() << ")\n";
   const double share = counts.total() > 0 ? 100.0 * counts.coupling / static_cast<double>(counts.total()) : 0.0;
-  std::cout << "coupling share: " << format("%.3f", share) << "% (" << counts.coupling << " parameters)\n";
+  std::cout << "coupling share: " << printf_number("%.3f", share) << "% (" << counts.coupling << " parameters)\n";
   std::cout << "flops per token: " << flops(model->flops_per_token(config.data.seq_len))
             << " (training, forward + backward, seq_len " << config.data.seq_len << ")\n";
 }
 
 void print_diagnostics_row(const std::string& label, const CouplingDiagnostics& d) {
   const auto cell = [](const std::optional<double>& value) {
-    return value ? format("%10.4f", *value) : std::string("         -");
+    return value ? printf_number("%10.4f", *value) : std::string("         -");
   };
   char head[64];
   std::snprintf(head, sizeof head, "%8s", label.c_str());

@@ -25,6 +25,7 @@
 #include "cqk/log.h"
 #include "cqk/statistics.h"
 #include "cqk/trainer.h"
+#include "support/printf_number.h"
 #include "train/run_setup.h"
 
 namespace cqk::cli {
@@ -61,10 +62,10 @@ std::string format_accuracy(const std::vector<RunResult>& results, size_t seeds)
   for (const auto& r : results) accuracies.push_back(r.test_accuracy);
   std::string text;
   if (accuracies.size() == 1) {
-    text = format("%.3f", accuracies[0]);
+    text = printf_number("%.3f", accuracies[0]);
   } else {
     const auto solved = std::count_if(accuracies.begin(), accuracies.end(), [](double a) { return a >= kSolvedAccuracy; });
-    text = format("%.3f", stats::mean(accuracies)) + " ± " + format("%.3f", stats::sample_sd(accuracies)) + ", " +
+    text = printf_number("%.3f", stats::mean(accuracies)) + " ± " + printf_number("%.3f", stats::sample_sd(accuracies)) + ", " +
            std::to_string(solved) + " solved";
   }
   if (accuracies.size() == seeds) return text;
@@ -83,8 +84,8 @@ std::string format_solved_step(const std::vector<RunResult>& results) {
   if (steps.empty()) return count;
   const auto [low, high] = std::minmax_element(steps.begin(), steps.end());
   const double mean = stats::mean(steps);
-  return format(mean == std::floor(mean) ? "%.0f" : "%.1f", mean) + " (" + format("%.0f", *low) + "-" +
-         format("%.0f", *high) + "), " + count;
+  return printf_number(mean == std::floor(mean) ? "%.0f" : "%.1f", mean) + " (" + printf_number("%.0f", *low) + "-" +
+         printf_number("%.0f", *high) + "), " + count;
 }
 
 // The first evaluation step at which the run's valid accuracy reached
@@ -264,9 +265,9 @@ void add_recall_command(CLI::App& app) {
     const std::string accuracy_title =
         "test accuracy on multi-query associative recall (" + std::to_string(seeds) + " seed" +
         (seeds == 1 ? ")" : "s: mean ± sd, and the seeds that solved it (test accuracy >= " +
-                                format("%.2f", kSolvedAccuracy) + "))");
+                                printf_number("%.2f", kSolvedAccuracy) + "))");
     const std::string solved_title =
-        "step at which valid accuracy first reached " + format("%.2f", kSolvedAccuracy) + " (evaluations every " +
+        "step at which valid accuracy first reached " + printf_number("%.2f", kSolvedAccuracy) + " (evaluations every " +
         std::to_string(eval_every) +
         " steps and at the end): mean (range) over the runs that reached it, and how many of the finished runs did";
     const std::string markdown = accuracy_title + "\n\n" +

@@ -16,6 +16,7 @@
 #include "cqk/log.h"
 #include "cqk/statistics.h"
 #include "cqk/sweep_results.h"
+#include "support/printf_number.h"
 
 namespace cqk::cli {
 namespace {
@@ -69,14 +70,14 @@ struct Report {
   std::vector<std::string> notes;
 };
 
-std::string p_value(double p) { return format(p >= 1e-3 ? "%.4f" : "%.1e", p); }
+std::string p_value(double p) { return printf_number(p >= 1e-3 ? "%.4f" : "%.1e", p); }
 
 // "mean ± sd", with the count when only some of the runs have the metric; "-" when none has.
 std::string mean_sd(const std::vector<sweep::RunResult>& runs, const std::string& metric) {
   const auto values = sweep::metric_values(runs, metric);
   if (values.empty()) return "-";
-  std::string m = format("%.3f", stats::mean(values));
-  if (values.size() >= 2) m += " ± " + format("%.3f", stats::sample_sd(values));
+  std::string m = printf_number("%.3f", stats::mean(values));
+  if (values.size() >= 2) m += " ± " + printf_number("%.3f", stats::sample_sd(values));
   return values.size() < runs.size() ? m + " (n=" + std::to_string(values.size()) + ")" : m;
 }
 
@@ -185,7 +186,7 @@ std::optional<Paired> compare_paired(const std::vector<sweep::RunResult>& varian
   try {
     p.test = stats::paired_t_test(a, b, kAlpha);
   } catch (const std::domain_error&) {  // one difference for every pair: no t, but the signs still count
-    throw std::domain_error("every pair differs by " + format("%+.6g", p.differences.front()) + "; signed-rank: " +
+    throw std::domain_error("every pair differs by " + printf_number("%+.6g", p.differences.front()) + "; signed-rank: " +
                             std::to_string(p.signed_rank.negative) + " of " + std::to_string(p.seeds.size()) +
                             " lower, p one-sided " + p_value(p.signed_rank.p_less));
   }
@@ -214,7 +215,7 @@ Comparison compare(const Groups& groups, const Pair& pair, const std::string& me
     c.hedges_g = stats::hedges_g(a, b);
   } catch (const std::domain_error&) {
     throw NoVariance(pair.first + " vs " + pair.second + ": every run of each has the same " + metric + " (" +
-                     format("%.6g", stats::mean(a)) + " and " + format("%.6g", stats::mean(b)) +
+                     printf_number("%.6g", stats::mean(a)) + " and " + printf_number("%.6g", stats::mean(b)) +
                      "), no spread to test a difference against");
   } catch (const std::exception& e) {
     throw std::runtime_error(pair.first + " vs " + pair.second + ": " + e.what());
@@ -284,7 +285,7 @@ Report build_report(const StatsOptions& options) {
 std::string seed_differences(const Paired& p) {
   std::string text;
   for (std::size_t i = 0; i < p.seeds.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(p.seeds[i]) + ": " + format("%+.4g", p.differences[i]);
+    text += (i ? ", " : "") + std::to_string(p.seeds[i]) + ": " + printf_number("%+.4g", p.differences[i]);
   return text;
 }
 
@@ -301,14 +302,14 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
     if (!c.paired) continue;
     const auto& p = *c.paired;
     const auto& t = p.test;
-    out << "| " << c.variant << " | " << c.base << " | " << t.pairs << " | " << format("%+.4g", t.mean_difference)
-        << " | " << format("%.4g", t.sd_difference) << " | " << format("%.3f", t.t) << " | " << format("%.0f", t.df)
-        << " | [" << format("%+.4g", t.ci_low) << ", " << format("%+.4g", t.ci_high) << "] | "
-        << format("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << format("%.4g", p.welch_half_width) << " | "
-        << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << format("%.3f", t.d_z) << " | "
+    out << "| " << c.variant << " | " << c.base << " | " << t.pairs << " | " << printf_number("%+.4g", t.mean_difference)
+        << " | " << printf_number("%.4g", t.sd_difference) << " | " << printf_number("%.3f", t.t) << " | " << printf_number("%.0f", t.df)
+        << " | [" << printf_number("%+.4g", t.ci_low) << ", " << printf_number("%+.4g", t.ci_high) << "] | "
+        << printf_number("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << printf_number("%.4g", p.welch_half_width) << " | "
+        << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << printf_number("%.3f", t.d_z) << " | "
         << p_value(p.p_bonferroni) << " | " << (p.p_bonferroni < kAlpha ? "*" : "") << " | "
         << p.signed_rank.negative << "/" << t.pairs << " | " << p_value(p.signed_rank.p_less) << " | "
-        << format("%.4g", p.minimum_detectable) << " |\n";
+        << printf_number("%.4g", p.minimum_detectable) << " |\n";
   }
   out << "\nPer seed, variant minus base:\n";
   for (const auto& c : report.comparisons) {
@@ -363,9 +364,9 @@ std::string render_markdown(const Report& report) {
       << "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
   for (const auto& c : report.comparisons) {
     out << "| " << c.variant << " | " << c.base << " | " << c.n_variant << " vs " << c.n_base << " | "
-        << format("%+.3f", c.mean_difference) << " | " << format("%.3f", c.welch.t) << " | "
-        << format("%.2f", c.welch.df) << " | " << p_value(c.welch.p_less) << " | " << p_value(c.welch.p_two_sided)
-        << " | " << format("%.3f", c.hedges_g) << " | " << p_value(c.p_bonferroni) << " | "
+        << printf_number("%+.3f", c.mean_difference) << " | " << printf_number("%.3f", c.welch.t) << " | "
+        << printf_number("%.2f", c.welch.df) << " | " << p_value(c.welch.p_less) << " | " << p_value(c.welch.p_two_sided)
+        << " | " << printf_number("%.3f", c.hedges_g) << " | " << p_value(c.p_bonferroni) << " | "
         << (c.p_bonferroni < kAlpha ? "*" : "") << " |\n";
   }
   out << "\nΔ mean = mean(variant) - mean(base); Hedges' g = Δ mean in pooled sds, small-sample corrected."
@@ -384,7 +385,7 @@ std::string csv_field(const std::string& text) {
   return quoted + "\"";
 }
 
-std::string csv_number(double value) { return format("%.12g", value); }
+std::string csv_number(double value) { return printf_number("%.12g", value); }
 
 // The CSV's columns, in order; a row fills those that apply to it.
 constexpr const char* kCsvColumns[] = {

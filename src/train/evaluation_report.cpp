@@ -1,6 +1,6 @@
 #include "cqk/evaluation_report.h"
 
-#include <cstdio>
+#include "support/printf_number.h"
 
 namespace cqk {
 namespace {
@@ -18,14 +18,8 @@ void flatten(const std::string& prefix, const nlohmann::json& object, nlohmann::
   }
 }
 
-std::string number(const char* spec, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, spec, value);
-  return text;
-}
-
 std::string target_loss_text(const char* name, const TargetLoss& part) {
-  return std::string(" | ") + name + " loss " + (part.loss ? number("%.6f", *part.loss) : std::string("-")) + " (" +
+  return std::string(" | ") + name + " loss " + (part.loss ? printf_number("%.6f", *part.loss) : std::string("-")) + " (" +
          std::to_string(part.tokens) + ")";
 }
 
@@ -53,10 +47,10 @@ nlohmann::json flat_evaluation_json(const std::string& prefix, const Evaluation&
 }
 
 std::string describe(const Evaluation& e) {
-  std::string text = "ppl " + number("%.6f", e.perplexity) + " | loss " + number("%.6f", e.loss) + " | accuracy " +
-                     number("%.4f", e.accuracy) + " | tokens " + std::to_string(e.tokens);
-  if (e.bits_per_byte) text += " | bpb " + number("%.6f", *e.bits_per_byte);
-  if (e.word_perplexity) text += " | word ppl " + number("%.6f", *e.word_perplexity);
+  std::string text = "ppl " + printf_number("%.6f", e.perplexity) + " | loss " + printf_number("%.6f", e.loss) + " | accuracy " +
+                     printf_number("%.4f", e.accuracy) + " | tokens " + std::to_string(e.tokens);
+  if (e.bits_per_byte) text += " | bpb " + printf_number("%.6f", *e.bits_per_byte);
+  if (e.word_perplexity) text += " | word ppl " + printf_number("%.6f", *e.word_perplexity);
   return text + target_loss_text("seen", e.seen) + target_loss_text("unseen", e.unseen);
 }
 
@@ -89,9 +83,9 @@ std::string describe(const std::vector<CouplingDiagnostics>& layers) {
   if (layers.empty()) return "no coupling";
   const auto mean = mean_over_layers(layers);
   std::string text = "coupling over " + std::to_string(layers.size()) + " layers: q change " +
-                     number("%.4f", mean.q_change) + " | k change " + number("%.4f", mean.k_change);
-  if (mean.mean_abs_log_scale) text += " | mean |s| " + number("%.4f", *mean.mean_abs_log_scale);
-  if (mean.mean_log_det) text += " | log det " + number("%.4f", *mean.mean_log_det);
+                     printf_number("%.4f", mean.q_change) + " | k change " + printf_number("%.4f", mean.k_change);
+  if (mean.mean_abs_log_scale) text += " | mean |s| " + printf_number("%.4f", *mean.mean_abs_log_scale);
+  if (mean.mean_log_det) text += " | log det " + printf_number("%.4f", *mean.mean_log_det);
   return text;
 }
 
