@@ -255,6 +255,24 @@ TEST(CliTool, RecallStudyLeavesDivergedRunsOutOfTheTables) {
             "pairs,seq_len,width,attention,coupling,seed,test_accuracy,solved_at_step\n");
 }
 
+// MTA grid points get MTA in every layer (the default, every 4th, leaves the
+// study's 2-layer model none); --set can still choose.
+TEST(CliTool, RecallStudyGivesMtaEveryLayerUnlessSet) {
+  cqk::testing::TempDir dir("cqk-recall-mta");
+  const std::string study =
+      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention mta --coupling none --seeds 1"
+      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
+      " --set data.recall.eval_examples=8 --set train.steps=1 --set train.warmup_steps=0 --set train.eval_every=100"
+      " --set train.checkpoint_every=100 --set train.device=cpu";
+  for (const auto& [extra, every] : {std::pair{"", "every: 1"}, std::pair{" --set model.attention.mta.every=2", "every: 2"}}) {
+    const auto out = dir / (std::string("study") + (*extra ? "-set" : ""));
+    const auto r = run_tool(study + extra + " --out " + out, dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string config = read_file(out + "/p2-t12-d16-mta-none-seed1/config.yaml");
+    EXPECT_NE(config.find(std::string("    mta:\n      ") + every + "\n"), std::string::npos) << config;
+  }
+}
+
 TEST(CliTool, InspectPrintsTheModel) {
   cqk::testing::TempDir dir("cqk-cli");
   const auto tool = [&](const std::string& args) { return run_tool(args, dir.path()); };

@@ -188,7 +188,11 @@ void add_recall_command(CLI::App& app) {
     // Seeds outer: a study cut short holds whole seeds of every grid point, the pairs `cqk stats` compares.
     for (const auto seed : args->seeds) {
       for (const auto& point : grid) {
-        auto overrides = args->overrides;
+        // MTA in every layer: the default (every 4th) leaves a 2-layer model
+        // none. Before the user's --set, which may change it.
+        std::vector<std::string> overrides;
+        if (point.attention == "mta") overrides.push_back("model.attention.mta.every=1");
+        overrides.insert(overrides.end(), args->overrides.begin(), args->overrides.end());
         overrides.insert(overrides.end(),
                          {"data.kind=recall", "data.recall.pairs=" + std::to_string(point.pairs),
                           "data.seq_len=" + std::to_string(point.seq_len), "model.width=" + std::to_string(point.width),
