@@ -114,6 +114,7 @@ cqk::ModelConfig tiny_model(const std::string& attention, const std::string& cou
   config.layers = 3;
   config.attention.kind() = cqk::parse_attention_kind(attention);
   config.attention.coupling().kind() = cqk::parse_coupling_kind(coupling);
+  config.attention.mta().every() = 2;  // MTA in layer 1 (the default 4 skips all 3)
   return config;
 }
 

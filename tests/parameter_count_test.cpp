@@ -81,13 +81,27 @@ std::vector<Case> grid() {
         auto every1 = base;
         every1.attention.mta().every() = 1;
         cases.push_back({label + "/every=1", every1});
-        auto every4 = base;
-        every4.attention.mta().every() = 4;  // 3 layers: no MTA layer at all
-        cases.push_back({label + "/every=4", every4});
+        auto every3 = base;
+        every3.attention.mta().every() = 3;  // the last of 3 layers only
+        cases.push_back({label + "/every=3", every3});
       }
     }
   }
   return cases;
+}
+
+// An MTA model whose every skips all its layers would be vanilla attention
+// under another name: refused, where a config is checked and where a model is built.
+TEST(ParameterCount, AnMtaModelWithoutAnMtaLayerIsRefused) {
+  auto config = small_config("mta", "none");  // 3 layers
+  config.attention.mta().every() = 4;
+  const auto problem = cqk::model_shape_problem(config);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_EQ(problem->key, "model.attention.mta.every");
+  EXPECT_NE(problem->what.find("none would use MTA"), std::string::npos) << problem->what;
+  EXPECT_THROW(cqk::TransformerLM{config}, std::invalid_argument);
+  config.attention.mta().every() = 3;
+  EXPECT_FALSE(cqk::model_shape_problem(config).has_value());
 }
 
 TEST(ParameterCount, MatchesTheBuiltModelForEveryKind) {

@@ -72,12 +72,20 @@ AttentionOptions attention_options(const ModelConfig& config, int64_t layer) {
 }
 
 std::optional<ShapeProblem> model_shape_problem(const ModelConfig& config) {
+  const int64_t every = config.attention.mta().every();
+  // Without an MTA layer the model is vanilla attention under another name: a
+  // 2-layer model with the default every of 4 trained as vanilla, bit for bit.
+  if (config.attention.kind() == AttentionKind::MultiToken && every < 1)
+    return ShapeProblem{"model.attention.mta.every", "must be at least 1, got " + std::to_string(every)};
+  if (config.attention.kind() == AttentionKind::MultiToken && every > config.layers)
+    return ShapeProblem{"model.attention.mta.every",
+                        "is " + std::to_string(every) + " but the model has " + std::to_string(config.layers) +
+                            " layers, so none would use MTA (layer l does when (l + 1) % every == 0); set it to at "
+                            "most " + std::to_string(config.layers)};
   // Layers differ only in kind (MTA on every `every`-th) and index: the first
   // layer and the first MTA layer stand for all.
-  const int64_t every = config.attention.mta().every();
   std::vector<int64_t> layers{0};
-  if (config.attention.kind() == AttentionKind::MultiToken && every >= 1 && every <= config.layers)
-    layers.push_back(every - 1);
+  if (config.attention.kind() == AttentionKind::MultiToken) layers.push_back(every - 1);
   for (const int64_t layer : layers)
     if (auto problem = attention_shape_problem(attention_options(config, layer))) return problem;
   return std::nullopt;

@@ -60,6 +60,7 @@ uint64_t default_init_seed() { return at::detail::getDefaultCPUGenerator().curre
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& config, uint64_t init_seed) : config_(config) {
   if (config.vocab_size < 2) throw std::invalid_argument("model.vocab_size must be at least 2");
   if (config.layers < 1) throw std::invalid_argument("model.layers must be at least 1");
+  if (const auto problem = model_shape_problem(config)) throw std::invalid_argument(problem->key + ": " + problem->what);
   embedding = register_module("embedding", torch::nn::Embedding(config.vocab_size, config.width));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < config.layers; ++layer) blocks->push_back(Block(config, layer));
