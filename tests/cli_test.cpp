@@ -152,16 +152,22 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
   expect_one_error_line(tool("inspect " + run + " --yaml"), "apply to configs, not runs");
 }
 
+// `cqk recall` over tiny runs (2 pairs, length 12, width 16, 3 steps on the
+// CPU); `grid` picks the attention kinds, couplings and seeds.
+std::string tiny_recall_study(const std::string& grid) {
+  return "--threads 1 recall --pairs 2 --seq-len 12 --width 16 " + grid +
+         " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
+         " --set data.recall.eval_examples=8 --set train.steps=3 --set train.warmup_steps=1 --set train.eval_every=100"
+         " --set train.checkpoint_every=100 --set train.device=cpu";
+}
+
 // `cqk recall` on a grid of 2 couplings x 2 seeds with tiny runs: the table
 // (mean ± sd over seeds), how soon runs solved the task, the per-run CSV, and
 // a second call that reuses the finished runs instead of training them again.
 TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
   cqk::testing::TempDir dir("cqk-recall");
   const std::string study =
-      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention vanilla --coupling none,affine --seeds 1,2"
-      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
-      " --set data.recall.eval_examples=8 --set train.steps=3 --set train.warmup_steps=1 --set train.eval_every=100"
-      " --set train.checkpoint_every=100 --set train.device=cpu --out " + dir / "study";
+      tiny_recall_study("--attention vanilla --coupling none,affine --seeds 1,2") + " --out " + dir / "study";
   const auto first = run_tool(study, dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   EXPECT_NE(first.out.find("(2 seeds: mean ± sd, and the seeds that solved it (test accuracy >= 0.95))"),
@@ -239,13 +245,9 @@ TEST(CliTool, RecallStudyTabulatesSeedsAndSkipsFinishedRuns) {
 // diverged `cqk train` does.
 TEST(CliTool, RecallStudyLeavesDivergedRunsOutOfTheTables) {
   cqk::testing::TempDir dir("cqk-recall-diverged");
-  const auto study = run_tool(
-      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention vanilla --coupling none --seeds 1"
-      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
-      " --set data.recall.eval_examples=8 --set train.steps=3 --set train.warmup_steps=1 --set train.eval_every=100"
-      " --set train.checkpoint_every=100 --set train.device=cpu --set train.lr=1e30 --set train.grad_clip=0 --out " +
-          dir / "study",
-      dir.path());
+  const auto study = run_tool(tiny_recall_study("--attention vanilla --coupling none --seeds 1") +
+                                  " --set train.lr=1e30 --set train.grad_clip=0 --out " + dir / "study",
+                              dir.path());
   EXPECT_EQ(study.exit_code, 3) << study.out << study.err;
   EXPECT_NE(study.err.find("1 run(s) diverged and are not in the tables: p2-t12-d16-vanilla-none seed 1"),
             std::string::npos)
@@ -259,11 +261,7 @@ TEST(CliTool, RecallStudyLeavesDivergedRunsOutOfTheTables) {
 // study's 2-layer model none); --set can still choose.
 TEST(CliTool, RecallStudyGivesMtaEveryLayerUnlessSet) {
   cqk::testing::TempDir dir("cqk-recall-mta");
-  const std::string study =
-      "--threads 1 recall --pairs 2 --seq-len 12 --width 16 --attention mta --coupling none --seeds 1"
-      " --set model.heads=2 --set data.batch_size=4 --set data.prefetch=0 --set data.recall.train_examples=32"
-      " --set data.recall.eval_examples=8 --set train.steps=1 --set train.warmup_steps=0 --set train.eval_every=100"
-      " --set train.checkpoint_every=100 --set train.device=cpu";
+  const std::string study = tiny_recall_study("--attention mta --coupling none --seeds 1");
   for (const auto& [extra, every] : {std::pair{"", "every: 1"}, std::pair{" --set model.attention.mta.every=2", "every: 2"}}) {
     const auto out = dir / (std::string("study") + (*extra ? "-set" : ""));
     const auto r = run_tool(study + extra + " --out " + out, dir.path());
