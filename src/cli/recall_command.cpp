@@ -64,9 +64,10 @@ std::string format_accuracy(const std::vector<RunResult>& results, size_t seeds)
   if (accuracies.size() == 1) {
     text = printf_number("%.3f", accuracies[0]);
   } else {
-    const auto solved = std::count_if(accuracies.begin(), accuracies.end(), [](double a) { return a >= kSolvedAccuracy; });
-    text = printf_number("%.3f", stats::mean(accuracies)) + " ± " + printf_number("%.3f", stats::sample_sd(accuracies)) + ", " +
-           std::to_string(solved) + " solved";
+    const auto solved =
+        std::count_if(accuracies.begin(), accuracies.end(), [](double a) { return a >= kSolvedAccuracy; });
+    text = printf_number("%.3f", stats::mean(accuracies)) + " ± " +
+           printf_number("%.3f", stats::sample_sd(accuracies)) + ", " + std::to_string(solved) + " solved";
   }
   if (accuracies.size() == seeds) return text;
   return text + " (" + std::to_string(accuracies.size()) + " of " + std::to_string(seeds) + " seeds)";
@@ -271,8 +272,8 @@ void add_recall_command(CLI::App& app) {
         (seeds == 1 ? ")" : "s: mean ± sd, and the seeds that solved it (test accuracy >= " +
                                 printf_number("%.2f", kSolvedAccuracy) + "))");
     const std::string solved_title =
-        "step at which valid accuracy first reached " + printf_number("%.2f", kSolvedAccuracy) + " (evaluations every " +
-        std::to_string(eval_every) +
+        "step at which valid accuracy first reached " + printf_number("%.2f", kSolvedAccuracy) +
+        " (evaluations every " + std::to_string(eval_every) +
         " steps and at the end): mean (range) over the runs that reached it, and how many of the finished runs did";
     const std::string markdown = accuracy_title + "\n\n" +
                                  table([&](const auto& r) { return format_accuracy(r, seeds); }) + "\n" +

@@ -302,12 +302,13 @@ void render_paired_markdown(const Report& report, std::ostringstream& out) {
     if (!c.paired) continue;
     const auto& p = *c.paired;
     const auto& t = p.test;
-    out << "| " << c.variant << " | " << c.base << " | " << t.pairs << " | " << printf_number("%+.4g", t.mean_difference)
-        << " | " << printf_number("%.4g", t.sd_difference) << " | " << printf_number("%.3f", t.t) << " | " << printf_number("%.0f", t.df)
-        << " | [" << printf_number("%+.4g", t.ci_low) << ", " << printf_number("%+.4g", t.ci_high) << "] | "
-        << printf_number("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << printf_number("%.4g", p.welch_half_width) << " | "
-        << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << printf_number("%.3f", t.d_z) << " | "
-        << p_value(p.p_bonferroni) << " | " << (p.p_bonferroni < kAlpha ? "*" : "") << " | "
+    out << "| " << c.variant << " | " << c.base << " | " << t.pairs << " | "
+        << printf_number("%+.4g", t.mean_difference) << " | " << printf_number("%.4g", t.sd_difference) << " | "
+        << printf_number("%.3f", t.t) << " | " << printf_number("%.0f", t.df) << " | ["
+        << printf_number("%+.4g", t.ci_low) << ", " << printf_number("%+.4g", t.ci_high) << "] | "
+        << printf_number("%.4g", 0.5 * (t.ci_high - t.ci_low)) << " | " << printf_number("%.4g", p.welch_half_width)
+        << " | " << p_value(t.p_less) << " | " << p_value(t.p_two_sided) << " | " << printf_number("%.3f", t.d_z)
+        << " | " << p_value(p.p_bonferroni) << " | " << (p.p_bonferroni < kAlpha ? "*" : "") << " | "
         << p.signed_rank.negative << "/" << t.pairs << " | " << p_value(p.signed_rank.p_less) << " | "
         << printf_number("%.4g", p.minimum_detectable) << " |\n";
   }
@@ -365,9 +366,9 @@ std::string render_markdown(const Report& report) {
   for (const auto& c : report.comparisons) {
     out << "| " << c.variant << " | " << c.base << " | " << c.n_variant << " vs " << c.n_base << " | "
         << printf_number("%+.3f", c.mean_difference) << " | " << printf_number("%.3f", c.welch.t) << " | "
-        << printf_number("%.2f", c.welch.df) << " | " << p_value(c.welch.p_less) << " | " << p_value(c.welch.p_two_sided)
-        << " | " << printf_number("%.3f", c.hedges_g) << " | " << p_value(c.p_bonferroni) << " | "
-        << (c.p_bonferroni < kAlpha ? "*" : "") << " |\n";
+        << printf_number("%.2f", c.welch.df) << " | " << p_value(c.welch.p_less) << " | "
+        << p_value(c.welch.p_two_sided) << " | " << printf_number("%.3f", c.hedges_g) << " | "
+        << p_value(c.p_bonferroni) << " | " << (c.p_bonferroni < kAlpha ? "*" : "") << " |\n";
   }
   out << "\nΔ mean = mean(variant) - mean(base); Hedges' g = Δ mean in pooled sds, small-sample corrected."
       << " One-sided p: the variant has lower " << metric << " than the base."

@@ -19,8 +19,8 @@ void flatten(const std::string& prefix, const nlohmann::json& object, nlohmann::
 }
 
 std::string target_loss_text(const char* name, const TargetLoss& part) {
-  return std::string(" | ") + name + " loss " + (part.loss ? printf_number("%.6f", *part.loss) : std::string("-")) + " (" +
-         std::to_string(part.tokens) + ")";
+  return std::string(" | ") + name + " loss " + (part.loss ? printf_number("%.6f", *part.loss) : std::string("-")) +
+         " (" + std::to_string(part.tokens) + ")";
 }
 
 }  // namespace
@@ -47,8 +47,8 @@ nlohmann::json flat_evaluation_json(const std::string& prefix, const Evaluation&
 }
 
 std::string describe(const Evaluation& e) {
-  std::string text = "ppl " + printf_number("%.6f", e.perplexity) + " | loss " + printf_number("%.6f", e.loss) + " | accuracy " +
-                     printf_number("%.4f", e.accuracy) + " | tokens " + std::to_string(e.tokens);
+  std::string text = "ppl " + printf_number("%.6f", e.perplexity) + " | loss " + printf_number("%.6f", e.loss) +
+                     " | accuracy " + printf_number("%.4f", e.accuracy) + " | tokens " + std::to_string(e.tokens);
   if (e.bits_per_byte) text += " | bpb " + printf_number("%.6f", *e.bits_per_byte);
   if (e.word_perplexity) text += " | word ppl " + printf_number("%.6f", *e.word_perplexity);
   return text + target_loss_text("seen", e.seen) + target_loss_text("unseen", e.unseen);
