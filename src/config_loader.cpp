@@ -107,7 +107,7 @@ std::vector<Field> describe(MultiTokenOptions& c) {
 
 // model.attention: the keys of AttentionOptions; its shape comes from model.* per layer.
 std::vector<Field> describe(AttentionOptions& c) {
-  return {key("kind", c.kind(), attention_kind_names()),
+  return {key("kind", c.kind(), attention_kind_names()), key("head_norm_init", c.head_norm_init(), at_least(0)),
           section("coupling", describe(c.coupling())), section("mta", describe(c.mta()))};
 }
 

@@ -146,6 +146,17 @@ TEST(Attention, DifferentialMatchesANaiveReference) {
   EXPECT_TRUE(at::allclose(attention->forward(x)[0], expected, 1e-10, 1e-12));
 }
 
+// Differential's and MTA's per-head output norm starts at head_norm_init (1, the papers', unless set).
+TEST(Attention, HeadNormStartsAtItsConfiguredWeight) {
+  for (const auto kind : {AttentionKind::Differential, AttentionKind::MultiToken}) {
+    const auto by_default = Attention(small(kind))->head_norm->weight;
+    EXPECT_TRUE(at::equal(by_default, at::ones_like(by_default))) << cqk::to_string(kind);
+    const auto set = Attention(small(kind).head_norm_init(0.05))->head_norm->weight;
+    EXPECT_TRUE(at::equal(set, at::full_like(set, 0.05))) << cqk::to_string(kind);
+    EXPECT_TRUE(set.requires_grad());
+  }
+}
+
 TEST(Attention, MultiTokenConvolutionIsTheIdentityAtInit) {
   at::manual_seed(4);
   Attention attention(small(AttentionKind::MultiToken));

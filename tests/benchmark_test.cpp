@@ -158,6 +158,7 @@ TEST(Benchmark, PyTorchReferenceHasTheSameInitialLoss) {
   if (python().empty()) GTEST_SKIP() << "no torch Python (CQK_PYTHON='" << CQK_PYTHON << "')";
   expect_same_loss("bench/tiny.yaml", 0, true);
   expect_same_loss("tiny/recall-diff-affine.yaml", 0, true);
+  expect_same_loss("tiny/recall-diff-affine.yaml --set model.attention.head_norm_init=0.25", 0, true);
 }
 
 // After two optimizer steps the coupling's output layers are no longer zero,

@@ -64,6 +64,10 @@ struct AttentionOptions {
   CQK_OPTION(bool, causal) = true;
   CQK_OPTION(double, norm_eps) = 1e-5;
   CQK_OPTION(MultiTokenOptions, mta) = {};
+  // The initial weight of Differential's and MTA's per-head output RMSNorm.
+  // 1.0 is the papers'; that output then starts far above a 0.02-std residual
+  // stream, which keeps small models from learning recall (docs/EXPERIMENTS.md).
+  CQK_OPTION(double, head_norm_init) = 1.0;
   // The coupling; its num_heads and head_dim are set by the attention.
   CQK_OPTION(CouplingOptions, coupling) = {};
 };

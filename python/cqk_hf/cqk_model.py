@@ -9,7 +9,7 @@ train`) and by the Hugging Face model class next to it (modeling_cqk.py), which
 `cfg` is cqk's model config as a dict, with the keys of config.yaml's `model`
 section (include/cqk/config.h): width, layers, heads, kv_heads, mlp,
 mlp_hidden, rope_base, init_std, norm_eps, vocab_size and
-attention {kind, coupling {...}, mta {...}}.
+attention {kind, head_norm_init, coupling {...}, mta {...}}.
 Sources: src/model/model.cpp, attention.cpp, coupling.cpp, headwise_mlp.cpp,
 rms_norm.cpp, rope.cpp.
 """
@@ -212,6 +212,9 @@ class Attention(nn.Module):
             self.mta_kernel = nn.Parameter(kernel)
             self.mta_mixing = nn.Parameter(torch.eye(self.head_group).repeat(heads // self.head_group, 1, 1))
             self.head_norm = RMSNorm(self.head_dim, cfg["norm_eps"])
+        if hasattr(self, "head_norm"):
+            # Exports made before the key existed had the papers' 1.0.
+            self.head_norm.weight.data.fill_(float(a.get("head_norm_init", 1.0)))
 
     @staticmethod
     def split_heads(x, heads):  # [B, T, H*d] -> [B, H, T, d]

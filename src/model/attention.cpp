@@ -74,6 +74,10 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
       break;
     }
   }
+  if (head_norm) {
+    at::NoGradGuard no_grad;
+    head_norm->weight.fill_(options.head_norm_init());
+  }
 }
 
 // From the options alone, beside the constructor it mirrors: a new kind's
