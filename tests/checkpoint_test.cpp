@@ -26,6 +26,7 @@
 #include "cqk/trainer.h"
 #include "temp_dir.h"
 #include "test_io.h"
+#include "tiny_run.h"
 
 // Checkpoint files: the round trip of model, optimizer, counters and RNG; the
 // header checks that reject a damaged file; the atomic write; resume falling
@@ -37,6 +38,7 @@ using cqk::testing::read_file;
 using cqk::testing::write_file;
 
 using cqk::testing::TempDir;
+using cqk::testing::tiny_run_config;
 
 constexpr size_t kHeaderSize = 8 + 2 * sizeof(uint64_t);  // magic, payload size, checksum
 
@@ -304,18 +306,6 @@ TEST(Checkpoint, AtomicWriteThatFailsLeavesTheOldFile) {
                                        "file's name; 12: not a std::runtime_error";
   EXPECT_EQ(read_file(path), old_content);
   EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"file.bin"});
-}
-
-cqk::Config tiny_run_config(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> overrides = {
-      "model.width=32",           "model.layers=2",         "model.heads=4",
-      "data.seq_len=16",          "data.batch_size=4",      "data.recall.vocab_size=32",
-      "data.recall.pairs=2",      "data.recall.train_examples=200", "data.recall.eval_examples=16",
-      "train.steps=12",           "train.warmup_steps=2",   "train.eval_every=4",
-      "train.eval_batches=2",     "train.log_every=2",      "train.checkpoint_every=2",
-      "train.keep_checkpoints=2", "train.threads=1",        "train.device=cpu"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return cqk::default_config(overrides);
 }
 
 std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
