@@ -300,19 +300,29 @@ int64_t choose_tokens_per_block(int64_t total_tokens, int64_t per_batch, int mul
   return (tokens + per_batch - 1) / per_batch * per_batch;
 }
 
-Work make_work(const CouplingShape& s, bool shared, int64_t per_batch, int multiprocessors, int blocks_per_sm,
-               int64_t& num_groups) {
-  Work w{};
+// What a launch needs beyond its kernel: the device, the tokens each block
+// handles, and a grid of every group's blocks.
+struct LaunchPlan {
+  DeviceInfo info;
+  Work work{};
+  dim3 grid;
+};
+
+LaunchPlan plan_launch(const CouplingShape& s, bool shared, int blocks_per_sm) {
+  LaunchPlan plan;
+  if (!query_device(plan.info)) throw std::runtime_error("fused coupling: no CUDA device");
+  Work& w = plan.work;
   w.batch = s.batch;
   w.heads = s.heads;
   w.time = s.time;
   w.shared = shared;
-  num_groups = shared ? 1 : s.heads;
+  const int64_t groups = shared ? 1 : s.heads;
   w.group_tokens = shared ? s.batch * s.heads * s.time : s.batch * s.time;
-  w.tokens_per_block =
-      choose_tokens_per_block(s.batch * s.heads * s.time, per_batch, multiprocessors, blocks_per_sm);
+  w.tokens_per_block = choose_tokens_per_block(s.batch * s.heads * s.time, tokens_per_batch(s.head_dim),
+                                               plan.info.multiprocessors, blocks_per_sm);
   w.blocks_per_group = (w.group_tokens + w.tokens_per_block - 1) / w.tokens_per_block;
-  return w;
+  plan.grid = dim3(static_cast<unsigned>(groups * w.blocks_per_group));
+  return plan;
 }
 
 void validate(const CouplingShape& s, const AffineCouplingParams& params, const AfterCoupling& after) {
@@ -354,21 +364,17 @@ void launch_forward(ElementType type, const void* q, const RowStrides& qs, const
   require_rows_aligned(k, ks, type, "k");
   require_rows_aligned(q_out, RowStrides::contiguous(s), type, "q_out");
   require_rows_aligned(k_out, RowStrides::contiguous(s), type, "k_out");
-  DeviceInfo info;
-  if (!query_device(info)) throw std::runtime_error("fused coupling: no CUDA device");
-  int64_t groups = 0;
-  const Work work = make_work(s, params.shared_across_heads, tokens_per_batch(s.head_dim), info.multiprocessors,
-                              /*blocks_per_sm=*/8, groups);
+  const LaunchPlan plan = plan_launch(s, params.shared_across_heads, /*blocks_per_sm=*/8);
   const int64_t smem = forward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
-  const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
   auto st = static_cast<cudaStream_t>(stream);
   dispatch_compiled_shape(s, type, "fused coupling", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = coupling_kernel<D, R, T, Inverse>;
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(s, params.num_steps));
-    CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
-                                                 static_cast<T*>(q_out), static_cast<T*>(k_out), work, params, after);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, plan.info, kWho, shape_text(s, params.num_steps));
+    CQK_LAUNCH(kernel, plan.grid, kThreads, smem, st)(static_cast<const T*>(q), qs, static_cast<const T*>(k), ks,
+                                                      static_cast<T*>(q_out), static_cast<T*>(k_out), plan.work,
+                                                      params, after);
   });
   check_cuda(cudaGetLastError(), kWho, Inverse ? "inverse launch" : "forward launch");
 }
@@ -428,23 +434,19 @@ void affine_coupling_backward_cuda(ElementType type, const void* q_out, const vo
   require_rows_aligned(grad_k, grad_k_strides, type, "grad_k");
   require_rows_aligned(dq, dense, type, "dq");
   require_rows_aligned(dk, dense, type, "dk");
-  DeviceInfo info;
-  if (!query_device(info)) throw std::runtime_error("fused coupling: no CUDA device");
-  int64_t groups = 0;
-  const Work work = make_work(s, params.shared_across_heads, tokens_per_batch(s.head_dim), info.multiprocessors,
-                              /*blocks_per_sm=*/4, groups);
+  const LaunchPlan plan = plan_launch(s, params.shared_across_heads, /*blocks_per_sm=*/4);
   const int64_t smem = fused_coupling_backward_smem_bytes(s.head_dim, s.hidden, params.num_steps);
-  const dim3 grid(static_cast<unsigned>(groups * work.blocks_per_group));
   auto st = static_cast<cudaStream_t>(stream);
   dispatch_compiled_shape(s, type, "fused coupling", [&](auto d, auto r, auto tag) {
     constexpr int D = decltype(d)::value, R = decltype(r)::value;
     using T = typename decltype(tag)::type;
     auto kernel = after.norm.q ? coupling_backward_kernel<D, R, T, true> : coupling_backward_kernel<D, R, T, false>;
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, info, kWho, shape_text(s, params.num_steps));
-    CQK_LAUNCH(kernel, grid, kThreads, smem, st)(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
-                                                 static_cast<const T*>(grad_q), grad_q_strides,
-                                                 static_cast<const T*>(grad_k), grad_k_strides, static_cast<T*>(dq),
-                                                 static_cast<T*>(dk), work, params, grads, after, norm_grads);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, plan.info, kWho, shape_text(s, params.num_steps));
+    CQK_LAUNCH(kernel, plan.grid, kThreads, smem, st)(static_cast<const T*>(q_out), static_cast<const T*>(k_out),
+                                                      static_cast<const T*>(grad_q), grad_q_strides,
+                                                      static_cast<const T*>(grad_k), grad_k_strides,
+                                                      static_cast<T*>(dq), static_cast<T*>(dk), plan.work, params,
+                                                      grads, after, norm_grads);
   });
   check_cuda(cudaGetLastError(), kWho, "backward launch");
 }
