@@ -24,6 +24,7 @@
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
 #include "cqk/trainer.h"
+#include "saved_model.h"
 #include "temp_dir.h"
 #include "test_io.h"
 #include "tiny_run.h"
@@ -37,6 +38,7 @@ using cqk::testing::folder_entries;
 using cqk::testing::read_file;
 using cqk::testing::write_file;
 
+using cqk::testing::expect_same_weights;
 using cqk::testing::TempDir;
 using cqk::testing::tiny_run_config;
 
@@ -308,14 +310,6 @@ TEST(Checkpoint, AtomicWriteThatFailsLeavesTheOldFile) {
   EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"file.bin"});
 }
 
-std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
-  const auto bytes = read_file(path);
-  const auto value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  std::map<std::string, at::Tensor> result;
-  for (const auto& entry : value.toGenericDict()) result[entry.key().toStringRef()] = entry.value().toTensor();
-  return result;
-}
-
 TEST(Checkpoint, ResumeFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {
   TempDir reference_dir("cqk-ckpt-ref"), dir("cqk-ckpt-fallback");
   const auto config = tiny_run_config();
@@ -345,13 +339,7 @@ TEST(Checkpoint, ResumeFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {
   EXPECT_NE(log.find("trying the previous checkpoint"), std::string::npos) << log;
   EXPECT_NE(log.find("resumed from " + checkpoints[0]), std::string::npos) << log;
   // Resumed from step 4, the run still ends bitwise where the uninterrupted one did.
-  const auto expected = load_state_dict(reference_dir / "model.pt");
-  const auto actual = load_state_dict(dir / "model.pt");
-  ASSERT_EQ(actual.size(), expected.size());
-  for (const auto& [name, tensor] : expected) {
-    ASSERT_TRUE(actual.count(name)) << name;
-    EXPECT_TRUE(at::equal(actual.at(name), tensor)) << name;
-  }
+  expect_same_weights(reference_dir / "model.pt", dir / "model.pt", "resumed from the previous checkpoint");
 
   // With every checkpoint corrupt, resume fails with the oldest file's error.
   for (const auto& path : cqk::list_checkpoints(dir.path())) write_file(path, "garbage");

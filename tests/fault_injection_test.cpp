@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <torch/serialize.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "saved_model.h"
 #include "temp_dir.h"
 #include "test_io.h"
 
@@ -34,6 +34,7 @@ namespace {
 using cqk::testing::folder_entries;
 using cqk::testing::read_file;
 
+using cqk::testing::expect_same_weights;
 using cqk::testing::TempDir;
 using Clock = std::chrono::steady_clock;
 
@@ -178,26 +179,6 @@ bool wait_for_step(Tool& tool, const std::string& run_dir, size_t from, int targ
   throw std::runtime_error("no step " + std::to_string(target) + " within the time limit");
 }
 
-std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
-  const auto bytes = read_file(path);
-  if (bytes.empty()) throw std::runtime_error("no " + path);
-  const auto value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  std::map<std::string, at::Tensor> result;
-  for (const auto& entry : value.toGenericDict()) result[entry.key().toStringRef()] = entry.value().toTensor();
-  return result;
-}
-
-void expect_bitwise_equal(const std::string& expected_path, const std::string& actual_path, const std::string& label) {
-  const auto expected = load_state_dict(expected_path);
-  const auto actual = load_state_dict(actual_path);
-  ASSERT_FALSE(expected.empty()) << label;
-  ASSERT_EQ(actual.size(), expected.size()) << label;
-  for (const auto& [name, tensor] : expected) {
-    ASSERT_TRUE(actual.count(name)) << label << ": " << name;
-    EXPECT_TRUE(at::equal(actual.at(name), tensor)) << label << ": " << name << " differs";
-  }
-}
-
 // The uninterrupted run every faulted run must end equal to.
 std::string reference_weights(const TempDir& dir) {
   const std::string run = dir / "reference";
@@ -242,7 +223,7 @@ TEST(FaultInjection, InterruptAndTerminateSaveACheckpointAndResumeExactly) {
     const int resumed_status = resumed.wait();
     ASSERT_TRUE(WIFEXITED(resumed_status) && WEXITSTATUS(resumed_status) == 0)
         << name << ": resume " << describe(resumed_status) << "\n" << read_file(log);
-    expect_bitwise_equal(reference, run + "/model.pt", name);
+    expect_same_weights(reference, run + "/model.pt", name);
     std::printf("%s at step %d: exit 130, checkpoint step %d, resumed to the same final parameters\n", name.c_str(),
                 stopped_at, stopped_at);
   }
@@ -323,7 +304,7 @@ TEST(FaultInjection, KillAtRandomStepsThenResumeGivesTheSameParameters) {
   Tool last(checkpoints(run).empty() ? train_args(run) : resume_args(run), log);
   const int status = last.wait();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe(status) << "\n" << read_file(log);
-  expect_bitwise_equal(reference, run + "/model.pt", "after 3 kills");
+  expect_same_weights(reference, run + "/model.pt", "after 3 kills");
   EXPECT_EQ(step_of(checkpoints(run).back()), kSteps);
   // A checkpoint write cut short by a kill leaves a temporary file; the next run removes it.
   EXPECT_TRUE(temporaries(run).empty()) << temporaries(run).front();
@@ -362,7 +343,7 @@ TEST(FaultInjection, FullDiskDuringACheckpointKeepsThePreviousOne) {
 
   Tool resumed(resume_args(run), log);
   ASSERT_EQ(describe(resumed.wait()), "exit 0") << read_file(log);
-  expect_bitwise_equal(reference, run + "/model.pt", "after a full disk");
+  expect_same_weights(reference, run + "/model.pt", "after a full disk");
 }
 
 // A CPU allocation that fails (memory exhausted) throws a c10::Error that the

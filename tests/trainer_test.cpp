@@ -22,6 +22,7 @@
 #include "cqk/evaluation_report.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
+#include "saved_model.h"
 #include "temp_dir.h"
 #include "test_io.h"
 #include "tiny_run.h"
@@ -33,6 +34,7 @@ namespace {
 using cqk::testing::folder_entries;
 using cqk::testing::read_file;
 
+using cqk::testing::expect_same_weights;
 using cqk::testing::TempDir;
 using cqk::testing::tiny_run_config;
 
@@ -42,24 +44,6 @@ cqk::TrainOptions in_dir(const TempDir& dir, int64_t max_steps = 0, bool resume 
   options.max_steps = max_steps;
   options.resume = resume;
   return options;
-}
-
-std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
-  const auto bytes = read_file(path);
-  const auto value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  std::map<std::string, at::Tensor> result;
-  for (const auto& entry : value.toGenericDict()) result[entry.key().toStringRef()] = entry.value().toTensor();
-  return result;
-}
-
-void expect_bitwise_equal(const std::map<std::string, at::Tensor>& expected,
-                          const std::map<std::string, at::Tensor>& actual, const std::string& label) {
-  ASSERT_FALSE(expected.empty()) << label;
-  ASSERT_EQ(actual.size(), expected.size()) << label;
-  for (const auto& [name, tensor] : expected) {
-    ASSERT_TRUE(actual.count(name)) << label << ": " << name;
-    EXPECT_TRUE(at::equal(actual.at(name), tensor)) << label << ": " << name;
-  }
 }
 
 // The message of the std::runtime_error that `fn` throws ("" and a failure if none).
@@ -114,7 +98,7 @@ void check_exact_resume(const std::string& attention) {
   ASSERT_EQ(b.outcome, cqk::TrainOutcome::Finished);
   EXPECT_EQ(b.step, 12);
 
-  expect_bitwise_equal(load_state_dict(straight / "model.pt"), load_state_dict(paused / "model.pt"), attention);
+  expect_same_weights(straight / "model.pt", paused / "model.pt", attention);
   EXPECT_EQ(a.valid.loss, b.valid.loss) << attention;
   EXPECT_EQ(a.test.loss, b.test.loss) << attention;
   // The training metrics of the steps logged by both runs agree too.
