@@ -288,6 +288,13 @@ TEST(CliTool, InspectPrintsTheModel) {
   EXPECT_NE(tiny.out.find("attention diff"), std::string::npos) << tiny.out;
   EXPECT_NE(tiny.out.find("layers 1 "), std::string::npos) << tiny.out;
   EXPECT_NE(tiny.out.find("\nparams: "), std::string::npos) << tiny.out;
+  const auto small_norm = tool("inspect " + std::string(CQK_SOURCE_DIR) + "/configs/tiny/recall-diff-affine.yaml" +
+                               " --set model.attention.head_norm_init=0.05");
+  EXPECT_NE(small_norm.out.find("attention diff (head norm init 0.05) |"), std::string::npos) << small_norm.out;
+  const auto mta = tool("inspect --set model.attention.kind=mta --set model.attention.mta.every=2 "
+                        "--set model.attention.head_norm_init=0.5");
+  EXPECT_NE(mta.out.find("attention mta (every 2, kernels 6x11, head group 2, head norm init 0.5) |"),
+            std::string::npos) << mta.out;
 
   // --yaml: the resolved config, model.vocab_size taken from data.recall.
   const auto yaml = tool("inspect --yaml --set model.layers=3 --set data.recall.vocab_size=64");

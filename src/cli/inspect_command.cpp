@@ -87,11 +87,18 @@ void print_summary(const Config& config, const std::string& source) {
   const int64_t mlp_hidden = mlp_hidden_size(m);
   const int64_t kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
 
-  std::string attention = to_string(m.attention.kind());
+  const auto kind = m.attention.kind();
   const auto& mta = m.attention.mta();
-  if (m.attention.kind() == AttentionKind::MultiToken)
-    attention += " (every " + std::to_string(mta.every()) + ", kernels " + std::to_string(mta.query_kernel()) + "x" +
-                 std::to_string(mta.key_kernel()) + ", head group " + std::to_string(mta.head_group()) + ")";
+  std::string details;
+  if (kind == AttentionKind::MultiToken)
+    details = "every " + std::to_string(mta.every()) + ", kernels " + std::to_string(mta.query_kernel()) + "x" +
+              std::to_string(mta.key_kernel()) + ", head group " + std::to_string(mta.head_group());
+  // Shown when it is not the papers' 1: it decides whether small models learn at all.
+  if ((kind == AttentionKind::MultiToken || kind == AttentionKind::Differential) &&
+      m.attention.head_norm_init() != 1.0)
+    details += (details.empty() ? "" : ", ") + std::string("head norm init ") +
+               printf_number("%g", m.attention.head_norm_init());
+  const std::string attention = to_string(kind) + (details.empty() ? "" : " (" + details + ")");
   std::cout << "config: " << source << "\n";
   std::cout << "model: attention " << attention << " | coupling " << coupling_summary(m.attention.coupling())
             << " | layers " << m.layers << " | width " << m.width << " | heads " << m.heads << " (kv " << kv_heads
