@@ -1,8 +1,10 @@
 #include "saved_model.h"
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -10,6 +12,9 @@
 
 namespace cqk::testing {
 
+namespace {
+
+// Name -> tensor of the model file at `path`; std::runtime_error if it is missing or empty.
 std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
   const auto bytes = read_file(path);
   if (bytes.empty()) throw std::runtime_error("no " + path);
@@ -18,6 +23,8 @@ std::map<std::string, at::Tensor> load_state_dict(const std::string& path) {
   for (const auto& entry : value.toGenericDict()) result[entry.key().toStringRef()] = entry.value().toTensor();
   return result;
 }
+
+}  // namespace
 
 void expect_same_weights(const std::string& expected_path, const std::string& actual_path, const std::string& label) {
   const auto expected = load_state_dict(expected_path);
