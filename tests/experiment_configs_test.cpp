@@ -159,6 +159,22 @@ TEST(ExperimentConfigs, GridIsComplete) {
   }
 }
 
+// The head-norm arms at 60M differ from the run they are compared with only by
+// the norm's starting weight.
+TEST(ExperimentConfigs, HeadNormArmsChangeOnlyTheNormsStartingWeight) {
+  const fs::path scale = kGrid / "60m";
+  for (const std::string variant : {"diff", "diff-affine", "mta", "mta-affine"}) {
+    SCOPED_TRACE(variant);
+    const auto base = cqk::load_config((scale / (variant + ".yaml")).string());
+    auto arm = cqk::load_config((scale / (variant + "-headnorm0.05.yaml")).string());
+    EXPECT_EQ(arm.model.attention.head_norm_init(), 0.05);
+    EXPECT_EQ(base.model.attention.head_norm_init(), 1.0);
+    arm.run.name = base.run.name;
+    arm.model.attention.head_norm_init() = base.model.attention.head_norm_init();
+    EXPECT_EQ(cqk::to_yaml(arm), cqk::to_yaml(base));
+  }
+}
+
 // The CPU-scale controls (configs/cpu/) differ from cpu/vanilla-affine only by
 // the coupling kind, and are capacity-matched to it within 5%.
 TEST(ExperimentConfigs, CpuControlsMatchTheAffineCoupling) {
