@@ -105,6 +105,17 @@ __device__ __forceinline__ int64_t dense(const Work& w, int64_t b, int64_t h, in
   return ((b * w.heads + h) * w.time + t) * D;
 }
 
+// This block's share of the work: tokens [begin, end) of one group.
+struct BlockTokens {
+  int64_t group, begin, end;
+};
+
+__device__ __forceinline__ BlockTokens block_tokens(const Work& w) {
+  const int64_t group = blockIdx.x / w.blocks_per_group, chunk = blockIdx.x % w.blocks_per_group;
+  const int64_t begin = chunk * w.tokens_per_block;
+  return {group, begin, begin + w.tokens_per_block < w.group_tokens ? begin + w.tokens_per_block : w.group_tokens};
+}
+
 // ---------------------------------------------------------------------------
 // Kernels.
 
@@ -115,22 +126,19 @@ __global__ void __launch_bounds__(kThreads)
                     AfterCoupling after) {
   constexpr int L = D / kLaneChannels, G = kThreads / L;
   CQK_DYNAMIC_SHARED(smem);
-  const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
-  pack_weights<D, R>(smem, params, group);
+  const BlockTokens block = block_tokens(work);
+  pack_weights<D, R>(smem, params, block.group);
   __syncthreads();
 
   const int lane = threadIdx.x % L, slot = threadIdx.x / L, c0 = lane * kLaneChannels;
   const SmemViews<D, R> views{smem};
-  const int64_t u_begin = chunk * work.tokens_per_block;
-  const int64_t u_end =
-      u_begin + work.tokens_per_block < work.group_tokens ? u_begin + work.tokens_per_block : work.group_tokens;
-  for (int64_t u0 = u_begin; u0 < u_end; u0 += G) {
+  for (int64_t u0 = block.begin; u0 < block.end; u0 += G) {
     // Lanes past the end work on the last token (the shuffles need whole
     // groups) and write nothing.
     const int64_t u = u0 + slot;
-    const bool valid = u < u_end;
+    const bool valid = u < block.end;
     int64_t b, h, t;
-    decode(work, group, valid ? u : u_end - 1, b, h, t);
+    decode(work, block.group, valid ? u : block.end - 1, b, h, t);
     float qv[kLaneChannels], kv[kLaneChannels];
     load8(q + strided(q_strides, b, h, t) + c0, qv);
     load8(k + strided(k_strides, b, h, t) + c0, kv);
@@ -180,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   float* xs = g2 + G * 2 * D;
   float* hg = xs + G * D;
 
-  const int64_t group = blockIdx.x / work.blocks_per_group, chunk = blockIdx.x % work.blocks_per_group;
-  pack_weights<D, R>(weights, params, group);
+  const BlockTokens block = block_tokens(work);
+  pack_weights<D, R>(weights, params, block.group);
   for (int o = threadIdx.x; o < steps * P; o += blockDim.x) acc[o] = 0.0f;
   __syncthreads();
 
@@ -189,14 +197,11 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   const SmemViews<D, R> views{weights};
   // QK-norm: the weights' gradients for this lane's channels, summed over its tokens.
   float norm_grad_q[QKNorm ? kLaneChannels : 1] = {}, norm_grad_k[QKNorm ? kLaneChannels : 1] = {};
-  const int64_t u_begin = chunk * work.tokens_per_block;
-  const int64_t u_end =
-      u_begin + work.tokens_per_block < work.group_tokens ? u_begin + work.tokens_per_block : work.group_tokens;
-  for (int64_t u0 = u_begin; u0 < u_end; u0 += G) {
+  for (int64_t u0 = block.begin; u0 < block.end; u0 += G) {
     const int64_t u = u0 + slot;
-    const bool valid = u < u_end;
+    const bool valid = u < block.end;
     int64_t b, h, t;
-    decode(work, group, valid ? u : u_end - 1, b, h, t);
+    decode(work, block.group, valid ? u : block.end - 1, b, h, t);
     const int64_t o = dense<D>(work, b, h, t) + c0;
     float qv[kLaneChannels], kv[kLaneChannels], gqv[kLaneChannels], gkv[kLaneChannels];
     load8(q_out + o, qv);
@@ -227,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
         }
       }
     }
-    StagingSink<D, R> sink{g2, xs, hg, acc, slot, valid, static_cast<int>(u_end - u0 < G ? u_end - u0 : G)};
+    StagingSink<D, R> sink{g2, xs, hg, acc, slot, valid, static_cast<int>(block.end - u0 < G ? block.end - u0 : G)};
     lane_coupling_backward<R, kLaneChannels>(views, steps, params.clamp, c0, qv, kv, gqv, gkv, ShuffleReduce<L>{},
                                              sink);
     if (valid) {
@@ -254,10 +259,10 @@ __global__ void __launch_bounds__(kThreads, R <= 8 ? 2 : 1)
   for (int s = 0; s < steps; ++s) {
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
       float* target;
-      if (i < Grads::kB1) target = grads.w1[s] + group * R * D + i;
-      else if (i < Grads::kW2) target = grads.b1[s] + group * R + (i - Grads::kB1);
-      else if (i < Grads::kB2) target = grads.w2[s] + group * 2 * D * R + (i - Grads::kW2);
-      else target = grads.b2[s] + group * 2 * D + (i - Grads::kB2);
+      if (i < Grads::kB1) target = grads.w1[s] + block.group * R * D + i;
+      else if (i < Grads::kW2) target = grads.b1[s] + block.group * R + (i - Grads::kB1);
+      else if (i < Grads::kB2) target = grads.w2[s] + block.group * 2 * D * R + (i - Grads::kW2);
+      else target = grads.b2[s] + block.group * 2 * D + (i - Grads::kB2);
       atomicAdd(target, acc[s * P + i]);
     }
   }
