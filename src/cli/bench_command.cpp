@@ -39,20 +39,20 @@ void add_bench_data_command(CLI::App& bench) {
   data->add_option("--jobs", args->options.jobs, "Tokenizer and encoding threads (default: all available cores)");
   data->add_option("--work-dir", args->options.work_dir, "Keep the tokenizer and token files here (default: a "
                                                          "temporary folder, removed)");
-  data->add_option("--seq-len", args->options.seq_len, "Loader window length")->capture_default_str()->check(CLI::PositiveNumber);
-  data->add_option("--batch-size", args->options.batch_size, "Loader batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  data->add_option("--seq-len", args->options.seq_len, "Loader window length")->capture_default_str()->check(positive_number());
+  data->add_option("--batch-size", args->options.batch_size, "Loader batch size")->capture_default_str()->check(positive_number());
   data->add_option("--batches", args->options.batches, "Batches drawn per loader measurement")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   data->add_option("--prefetch", args->options.prefetch, "Batches the prefetch thread keeps ready")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   auto* train_config = data->add_option("--train-config", args->training_config,
                    "Reference model whose training tokens/s the loader is compared with (default: the embedded config)");
   auto* set = data->add_option("--set", args->overrides, "Override a key of the reference config")->type_name("KEY=VALUE");
   auto* train_steps = data->add_option("--train-steps", args->options.training_steps, "Timed training steps of the reference")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   auto* no_training = data->add_flag("--no-training", args->no_training, "Skip the training reference");
   data->add_flag("--json", args->json, "Print one JSON object instead of text");
   for (auto* option : {train_config, set, train_steps}) no_training->excludes(option);
@@ -78,17 +78,17 @@ void add_bench_coupling_command(CLI::App& bench) {
   coupling->add_option("--shape", args->shape, "batch,heads,time,head_dim of q and k (default 8,8,256,64)")
       ->delimiter(',')
       ->expected(4)
-      ->check(CLI::PositiveNumber);
-  coupling->add_option("--hidden", args->options.hidden, "Conditioner width")->capture_default_str()->check(CLI::PositiveNumber);
-  coupling->add_option("--steps", args->options.steps, "Coupling steps")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(positive_number());
+  coupling->add_option("--hidden", args->options.hidden, "Conditioner width")->capture_default_str()->check(positive_number());
+  coupling->add_option("--steps", args->options.steps, "Coupling steps")->capture_default_str()->check(positive_number());
   coupling->add_option("--device", args->options.device, "cpu or cuda[:N]")->capture_default_str();
   coupling->add_option("--dtype", args->options.dtype, "fp32 or bf16")->capture_default_str();
   coupling->add_option("--repeats", args->options.repeats, "Timed repetitions per path and round")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   coupling->add_option("--rounds", args->options.rounds, "Alternations of the two paths")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   coupling->add_flag("--json", args->json, "Print one JSON object instead of text");
   coupling->callback([args] {
     auto& o = args->options;
@@ -120,11 +120,11 @@ void add_bench_command(CLI::App& app) {
       ->type_name("KEY=VALUE");
   train->add_option("--warmup", args->options.warmup, "Untimed steps first")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  train->add_option("--steps", args->options.steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(non_negative_number());
+  train->add_option("--steps", args->options.steps, "Timed steps")->capture_default_str()->check(positive_number());
   train->add_option("--peak-size", args->options.peak_size,
                     "Side of the square matmul whose FLOP/s is the MFU reference (default 2048 CPU, 8192 CUDA)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   train->add_option("--dump", args->options.dump_dir,
                     "Write weights.pt, batch.pt, reference.json (loss) and config.json here before the timed steps, "
                     "for scripts/bench_pytorch.py")

@@ -76,8 +76,10 @@ void add_data_command(CLI::App& app) {
       ->required();
   tok->add_option("--vocab-size", targs->vocab_size, "Vocabulary size")->capture_default_str();
   tok->add_option("--out", targs->out, "Model file to write (PATH.model; PATH.vocab is written too)")->required();
-  tok->add_option("--max-sentences", targs->max_sentences, "Lines sampled for training (0: all)")->capture_default_str();
-  tok->add_option("--jobs", targs->threads, "Trainer threads (default: all available cores)");
+  tok->add_option("--max-sentences", targs->max_sentences, "Lines sampled for training (0: all)")
+      ->capture_default_str()
+      ->check(non_negative_number());
+  tok->add_option("--jobs", targs->threads, "Trainer threads (default: all available cores)")->check(positive_number());
   tok->add_flag("--verbose", targs->verbose, "Show sentencepiece's own log");
   tok->callback(guarded("data tokenizer", [targs] {
     TokenizerTrainOptions options;
@@ -109,7 +111,7 @@ void add_data_command(CLI::App& app) {
       ->required();
   enc->add_option("--tokenizer", eargs->tokenizer, "Tokenizer model from `cqk data tokenizer`")->required();
   enc->add_option("--out", eargs->out, "Output folder (data.dir)")->required();
-  enc->add_option("--jobs", eargs->jobs, "Encoding threads (default: all available cores)");
+  enc->add_option("--jobs", eargs->jobs, "Encoding threads (default: all available cores)")->check(positive_number());
   enc->callback(guarded("data encode", [eargs] { run_encode(eargs->input, eargs->tokenizer, eargs->out, eargs->jobs); }));
 }
 

@@ -64,7 +64,7 @@ void add_eval_command(CLI::App& app) {
       ->type_name("RUN_DIR_OR_CHECKPOINT");
   eval->add_option("--split", args->split, "Split to evaluate")->check(CLI::IsMember({"valid", "test"}));
   eval->add_option("--batches", args->batches, "Evaluate at most this many batches (default 0: the whole split)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   eval->add_option("--device", args->device, "auto|cpu|cuda (default: the run's train.device)")
       ->check(CLI::IsMember(kind_names<kDeviceChoiceNames>()));
   eval->add_option("--data", args->data,

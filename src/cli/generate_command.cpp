@@ -97,11 +97,11 @@ void add_generate_command(CLI::App& app) {
                        "Also write the prompt's ids and logits (its last data.seq_len tokens) as safetensors "
                        "(input_ids [T], logits [T, vocab])")
       ->type_name("FILE");
-  generate->add_option("--tokens", args->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  generate->add_option("--tokens", args->tokens, "Tokens to generate")->check(non_negative_number());
   generate->add_option("--temperature", args->sampling.temperature, "Softmax temperature; 0: greedy")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   generate->add_option("--top-k", args->sampling.top_k, "Sample among the k most likely tokens; 0: all")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   generate->add_option("--seed", args->seed, "Seed of the sampler");
   generate->add_option("--device", args->device, "auto|cpu|cuda (default: the run's train.device)")
       ->check(CLI::IsMember(kind_names<kDeviceChoiceNames>()));

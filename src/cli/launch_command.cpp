@@ -405,7 +405,7 @@ void add_launch_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   launch->add_option("--nnodes", args->nnodes, "Nodes in the job (each runs its own cqk launch)")
       ->check(CLI::Range(1, 65536));
-  launch->add_option("--node-rank", args->node_rank, "This node's index, 0 .. nnodes-1")->check(CLI::NonNegativeNumber);
+  launch->add_option("--node-rank", args->node_rank, "This node's index, 0 .. nnodes-1")->check(non_negative_number());
   launch->add_option("--master-addr", args->master_addr, "Host of rank 0, which serves the rendezvous store")
       ->capture_default_str();
   launch->add_option("--master-port", args->master_port, "Port of the rendezvous store (default: a free port)")
@@ -414,11 +414,11 @@ void add_launch_command(CLI::App& app) {
       ->add_option("--grace", args->grace_seconds,
                    "Seconds the other ranks get to exit after one fails, before they are stopped")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   launch
       ->add_option("--timeout", args->timeout_seconds,
                    "Collective and rendezvous timeout in seconds for the ranks (sets CQK_DIST_TIMEOUT; default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   launch->add_option("command", args->command, "The cqk command of every rank, after --, e.g. -- train config.yaml")
       ->expected(-1);
   launch->callback([args] { exit_status() = run_launch(*args); });

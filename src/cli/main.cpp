@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_flag("--version", show_version, "Print versions, CUDA and thread information");
   app.add_option("--threads", threads, "CPU threads for torch (default: $CQK_NUM_THREADS, train.threads, or all cores)")
-      ->check(CLI::PositiveNumber)
+      ->check(cqk::cli::positive_number())
       ->each([](const std::string& value) { setenv("CQK_NUM_THREADS", value.c_str(), 1); });
   cqk::cli::add_train_command(app);
   cqk::cli::add_bench_command(app);

@@ -26,13 +26,13 @@ void add_train_command(CLI::App& app) {
                      ->type_name("RUN_DIR");
   train->add_option("--max-steps", args->options.max_steps,
                     "Stop after this many steps in this invocation, with a checkpoint (resume later)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   train->add_option("--profile-steps", args->options.profile_steps,
                     "Record steps A to B (1-based) with the profiler: RUN/profile/steps-A-B.json and a table in the log")
       ->type_name("A:B");
   train->add_option("--memory-snapshot-step", args->options.memory_snapshot_step,
                     "CUDA: write the allocator's snapshot after this step to RUN/profile/ (pytorch.org/memory_viz)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   resume->excludes("config");
   train->callback([args, resume] {
     args->options.resume = resume->count() > 0;
