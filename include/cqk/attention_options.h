@@ -1,7 +1,7 @@
 #pragma once
 // The attention's kinds and options, and the shape rules they must keep.
-// AttentionOptions is also the config section model.attention (its kind, mta
-// and coupling are the keys), as MultiTokenOptions is model.attention.mta and
+// AttentionOptions is also the config section model.attention (its kind,
+// head_norm_init, mta and coupling are the keys), as MultiTokenOptions is model.attention.mta and
 // CouplingOptions (coupling_options.h) model.attention.coupling: one struct,
 // one set of defaults. Torch-free: the config loader reads it.
 #include <cstdint>

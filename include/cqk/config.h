@@ -54,7 +54,7 @@ struct ModelConfig {
   double rope_base = 10000.0;
   double init_std = 0.02;
   double norm_eps = 1e-5;
-  // model.attention: kind, coupling and mta are keys; the shape fields
+  // model.attention: kind, head_norm_init, coupling and mta are keys; the shape fields
   // (width, heads, ...) are set per layer from the keys above (attention_options()).
   AttentionOptions attention;
 };
