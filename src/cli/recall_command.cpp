@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "cqk/attention_options.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
+#include "cqk/coupling_options.h"
 #include "cqk/log.h"
 #include "cqk/statistics.h"
 #include "cqk/trainer.h"
@@ -154,8 +156,14 @@ void add_recall_command(CLI::App& app) {
   recall->add_option("--pairs", args->pairs, "Key-value pairs per sequence")->delimiter(',')->capture_default_str();
   recall->add_option("--seq-len", args->seq_lens, "Sequence lengths")->delimiter(',')->capture_default_str();
   recall->add_option("--width", args->widths, "Model widths")->delimiter(',')->capture_default_str();
-  recall->add_option("--attention", args->attention, "Attention kinds")->delimiter(',')->capture_default_str();
-  recall->add_option("--coupling", args->coupling, "Coupling kinds")->delimiter(',')->capture_default_str();
+  recall->add_option("--attention", args->attention, "Attention kinds")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember(attention_kind_names()));
+  recall->add_option("--coupling", args->coupling, "Coupling kinds")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember(coupling_kind_names()));
   recall->add_option("--seeds", args->seeds, "Seeds: every grid point is trained once per seed")
       ->delimiter(',')
       ->capture_default_str();
