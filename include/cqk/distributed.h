@@ -101,13 +101,6 @@ class DistributedContext {
   // and leaves every gradient averaged over the ranks.
   void finish_gradient_sync();
 
-  struct GradientSyncStats {
-    int64_t buckets = 0;
-    int64_t launched_in_backward = 0;  // bucket all-reduces started by the hooks, all steps
-    int64_t launched_after = 0;        // started by finish_gradient_sync
-  };
-  GradientSyncStats gradient_sync_stats() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

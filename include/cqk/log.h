@@ -8,11 +8,9 @@ namespace cqk::log {
 void info(const std::string& message);
 void warn(const std::string& message);
 void error(const std::string& message);
-void debug(const std::string& message);
 
 // Also write every message to `path` (the run directory's log), appending.
 void add_file(const std::string& path);
 void remove_files();
-void set_verbose(bool verbose);
 
 }  // namespace cqk::log

@@ -72,7 +72,6 @@ class TokenBatchSource final : public BatchSource {
 
   // Training batch n for this rank, without touching the position.
   Batch train_batch(int64_t n) const;
-  int64_t split_tokens(Split split) const;
   uint64_t tokenizer_checksum() const;
 
  private:

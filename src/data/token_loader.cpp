@@ -259,7 +259,6 @@ TokenBatchSource::TokenBatchSource(const DataConfig& config, int64_t seed, int r
 TokenBatchSource::~TokenBatchSource() = default;
 
 int64_t TokenBatchSource::vocab_size() const { return files_->reference().vocab_size(); }
-int64_t TokenBatchSource::split_tokens(Split split) const { return files_->get(split).size(); }
 uint64_t TokenBatchSource::tokenizer_checksum() const { return files_->reference().tokenizer_checksum(); }
 std::optional<int64_t> TokenBatchSource::split_words(Split split) const { return words_[static_cast<int>(split)]; }
 

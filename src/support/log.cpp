@@ -26,7 +26,6 @@ std::shared_ptr<spdlog::logger>& logger() {
 void info(const std::string& message) { logger()->info(message); }
 void warn(const std::string& message) { logger()->warn(message); }
 void error(const std::string& message) { logger()->error(message); }
-void debug(const std::string& message) { logger()->debug(message); }
 
 void add_file(const std::string& path) {
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
@@ -37,10 +36,6 @@ void add_file(const std::string& path) {
 void remove_files() {
   auto& sinks = logger()->sinks();
   sinks.resize(1);  // the console sink stays
-}
-
-void set_verbose(bool verbose) {
-  logger()->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 }  // namespace cqk::log

@@ -253,7 +253,11 @@ struct DistributedContext::Impl {
   std::vector<Bucket> buckets;
   size_t next_bucket = 0;
   bool syncing = false;
-  GradientSyncStats stats;
+  struct {
+    int64_t buckets = 0;
+    int64_t launched_in_backward = 0;  // bucket all-reduces started by the hooks, all steps
+    int64_t launched_after = 0;        // started by finish_gradient_sync
+  } stats;  // for the log line at the end
 
   void mark_ready(size_t index) {
     std::lock_guard<std::mutex> lock(sync_mutex);
@@ -549,11 +553,6 @@ void DistributedContext::finish_gradient_sync() {
       }
     }
   });
-}
-
-DistributedContext::GradientSyncStats DistributedContext::gradient_sync_stats() const {
-  std::lock_guard<std::mutex> lock(impl_->sync_mutex);
-  return impl_->stats;
 }
 
 }  // namespace cqk
