@@ -18,16 +18,13 @@ void add_export_command(CLI::App& app) {
   struct Arguments {
     std::string target;
     std::string out;
-    std::string format = "hf";
   };
   auto args = std::make_shared<Arguments>();
-  auto* command = app.add_subcommand("export", "Write a trained model as a Hugging Face model folder");
+  auto* command = app.add_subcommand("export", "Write a trained model as a Hugging Face model folder (AutoModelForCausalLM, AutoTokenizer)");
   command->add_option("target", args->target, "Run directory, or a checkpoint file RUN_DIR/checkpoints/step-*.ckpt")
       ->required()
       ->type_name("RUN_DIR_OR_CHECKPOINT");
   command->add_option("--out", args->out, "The folder to write (new, or empty)")->required()->type_name("DIR");
-  command->add_option("--format", args->format, "hf: transformers' AutoModelForCausalLM/AutoTokenizer folder")
-      ->check(CLI::IsMember({"hf"}));
   command->callback([args] {
     auto trained = load_trained_model(args->target, "cpu");
     // Checked before anything is written: a run on token files must still have its tokenizer.
