@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <sched.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
@@ -18,10 +19,26 @@ int available_cpus() {
   return 1;
 }
 
+namespace {
+
+// $CQK_NUM_THREADS, 0 when unset or empty; a typo stops rather than silently
+// running on every core.
+int threads_from_environment() {
+  const char* env = std::getenv("CQK_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || errno != 0 || value <= 0 || value > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string("CQK_NUM_THREADS must be a positive integer, got '") + env + "'");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
 int configure_threads(int requested) {
   // The environment (also set by the tool's --threads) beats a config's value.
-  const char* env = std::getenv("CQK_NUM_THREADS");
-  int threads = env ? std::atoi(env) : 0;
+  int threads = threads_from_environment();
   if (threads <= 0) threads = requested;
   if (threads <= 0) threads = available_cpus();
   at::set_num_threads(threads);

@@ -5,6 +5,9 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "cqk/build_info.h"
 #include "cqk/runtime.h"
 #include "test_io.h"
@@ -18,6 +21,22 @@ TEST(Runtime, ConfigureThreadsSetsTorchThreadCount) {
   EXPECT_EQ(cqk::configure_threads(0), cqk::available_cpus());
   setenv("CQK_NUM_THREADS", "1", 1);  // the environment (and --threads) wins over a config's value
   EXPECT_EQ(cqk::configure_threads(2), 1);
+  unsetenv("CQK_NUM_THREADS");
+}
+
+TEST(Runtime, ConfigureThreadsRejectsAnEnvironmentValueThatIsNotAPositiveInteger) {
+  for (const char* value : {"abc", "-3", "0", "2x", "99999999999"}) {
+    SCOPED_TRACE(value);
+    setenv("CQK_NUM_THREADS", value, 1);
+    try {
+      cqk::configure_threads(1);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("CQK_NUM_THREADS must be a positive integer, got '") + value + "'");
+    }
+  }
+  setenv("CQK_NUM_THREADS", "", 1);  // empty: as if unset
+  EXPECT_EQ(cqk::configure_threads(1), 1);
   unsetenv("CQK_NUM_THREADS");
 }
 

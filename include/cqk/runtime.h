@@ -7,7 +7,8 @@ namespace cqk {
 // (the tool's --threads sets it), else `requested` if > 0, else the cores this
 // process may run on (sched_getaffinity, so taskset and cgroup cpusets count).
 // Torch's own default depends on the build and the environment, so every
-// entry point calls this once, before any tensor work.
+// entry point calls this once, before any tensor work. Throws
+// std::invalid_argument when $CQK_NUM_THREADS is set but not a positive integer.
 int configure_threads(int requested = 0);
 
 // Number of CPUs this process may run on.

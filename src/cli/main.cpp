@@ -36,6 +36,12 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    // Subcommands run from their callbacks inside parse(); this handles the rest.
+    if (show_version) {
+      cqk::configure_threads(threads);
+      std::cout << cqk::describe(cqk::build_info());
+      return 0;
+    }
   } catch (const CLI::RuntimeError& e) {
     return app.exit(e);  // a subcommand that reported its error itself
   } catch (const CLI::ParseError& e) {
@@ -47,12 +53,6 @@ int main(int argc, char** argv) {
     // Bad input of any kind ends here: one line, non-zero exit, no stack trace.
     std::cerr << "cqk: error: " << cqk::cli::one_line(e.what()) << "\n";
     return 2;
-  }
-  // Subcommands run from their callbacks inside parse(); this handles the rest.
-  if (show_version) {
-    cqk::configure_threads(threads);
-    std::cout << cqk::describe(cqk::build_info());
-    return 0;
   }
   if (app.get_subcommands().empty()) {
     std::cout << app.help();
