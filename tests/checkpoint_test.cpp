@@ -1,15 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
-#include <dirent.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -248,65 +244,6 @@ TEST(Checkpoint, ListAndPruneKeepTheNewest) {
   cqk::prune_checkpoints(dir.path(), 0);  // keeps at least one
   EXPECT_EQ(cqk::list_checkpoints(dir.path()).size(), 1u);
   EXPECT_EQ(folder_entries(dir / "checkpoints").size(), 3u);  // the other files are left alone
-}
-
-TEST(Checkpoint, AtomicWriteReplacesTheWholeFile) {
-  TempDir dir("cqk-atomic");
-  const auto path = dir / "file.bin";
-  cqk::write_file_atomically(path, "old content");
-  EXPECT_EQ(read_file(path), "old content");
-  const std::string big(1 << 20, 'n');
-  cqk::write_file_atomically(path, big);
-  EXPECT_EQ(read_file(path), big);
-  EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"file.bin"});
-  // A folder that does not exist: an error naming the file, nothing created.
-  EXPECT_THROW(cqk::write_file_atomically(dir / "no/such/folder/file", "x"), std::runtime_error);
-  EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"file.bin"});
-}
-
-// A write that fails part way (here: the file-size limit, as a full disk
-// would) leaves the old file untouched and no temporary file behind. The limit
-// is set in a forked child so the test process keeps its own; SIGXFSZ is
-// ignored so the write fails with EFBIG instead of killing the child.
-TEST(Checkpoint, AtomicWriteThatFailsLeavesTheOldFile) {
-  TempDir dir("cqk-atomic");
-  const auto path = dir / "file.bin";
-  const std::string old_content = "old content that must survive";
-  cqk::write_file_atomically(path, old_content);
-
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    std::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limit{4096, 4096};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
-    try {
-      cqk::write_file_atomically(path, std::string(1 << 20, 'n'));
-    } catch (const std::runtime_error& e) {
-      // The message names the temporary file next to the target.
-      ::_exit(std::string(e.what()).find(path + ".tmp.") == 0 ? 1 : 11);
-    } catch (...) {
-      ::_exit(12);
-    }
-    ::_exit(0);  // the write was not refused
-  }
-  // The child of a multi-threaded process could in principle block on a lock
-  // held at fork time; give up after 60 s rather than hang the suite.
-  int status = 0;
-  pid_t waited = 0;
-  for (int i = 0; i < 6000 && (waited = ::waitpid(child, &status, WNOHANG)) == 0; ++i) ::usleep(10000);
-  if (waited == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-    FAIL() << "the child writing under RLIMIT_FSIZE did not finish";
-  }
-  ASSERT_EQ(waited, child);
-  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << "0: no error; 10: setrlimit failed; 11: message without the temporary "
-                                       "file's name; 12: not a std::runtime_error";
-  EXPECT_EQ(read_file(path), old_content);
-  EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"file.bin"});
 }
 
 TEST(Checkpoint, ResumeFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {

@@ -25,10 +25,6 @@ struct TrainingState {
   std::string data_fingerprint;
 };
 
-// Writes `bytes` to `path` so that `path` holds either its old content or all
-// of `bytes`, never a mix: temporary file in the same folder, fsync, rename, fsync of the folder.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                      const TrainingState& state);
 // Restores model, optimizer and RNG state; throws std::runtime_error naming

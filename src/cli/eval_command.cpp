@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "cqk/trained_model.h"
 #include "cqk/batch_source.h"
-#include "cqk/checkpoint.h"
+#include "cqk/atomic_file.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/model.h"
 #include "cqk/sweep_results.h"

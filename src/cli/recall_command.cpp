@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "cqk/attention_options.h"
+#include "cqk/atomic_file.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/coupling_options.h"

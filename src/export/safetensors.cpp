@@ -7,7 +7,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "cqk/checkpoint.h"
+#include "cqk/atomic_file.h"
 
 namespace cqk {
 

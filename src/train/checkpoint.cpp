@@ -2,19 +2,18 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Dict.h>
-#include <fcntl.h>
 #include <torch/serialize.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "cqk/atomic_file.h"
 
 namespace cqk {
 
@@ -33,14 +32,6 @@ uint64_t fnv1a(const std::string& bytes) {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what);
-}
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) fail(path, std::string("cannot open for fsync: ") + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(errno));
 }
 
 // Module::load silently replaces a tensor by a stored one of another shape
@@ -70,29 +61,6 @@ void check_fits(const torch::nn::Module& module, torch::serialize::InputArchive&
 }
 
 }  // namespace
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const fs::path target(path);
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) fail(temporary, std::string("cannot create: ") + std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(temporary.c_str());
-      fail(temporary, "write failed (disk full?); the previous file is untouched");
-    }
-  }
-  fsync_path(temporary, O_RDONLY);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    fail(path, std::string("rename failed: ") + std::strerror(errno));
-  }
-  const auto folder = target.has_parent_path() ? target.parent_path().string() : std::string(".");
-  fsync_path(folder, O_RDONLY | O_DIRECTORY);
-}
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                      const TrainingState& state) {

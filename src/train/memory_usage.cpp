@@ -6,7 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "cqk/checkpoint.h"
+#include "cqk/atomic_file.h"
 
 #ifdef CQK_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cqk/checkpoint.h"
+#include "cqk/atomic_file.h"
 #include "cqk/log.h"
 #include "train/tensorboard_log.h"
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "cqk/atomic_file.h"
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/device.h"
