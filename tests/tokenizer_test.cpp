@@ -182,6 +182,34 @@ TEST(Tokenizer, TrainingErrorsAreReported) {
   EXPECT_FALSE(fs::exists(options.model_path));
 }
 
+// Fewer ids than the corpus's characters need: the size it needs, not
+// sentencepiece's advice to lower character_coverage (not a cqk option).
+TEST(Tokenizer, AVocabularyTooSmallForTheCorpusSaysTheSizeNeeded) {
+  TempDir dir;
+  std::string text;
+  for (char32_t c = 0x4E00; c < 0x4E00 + 400; ++c) {  // 400 CJK ideographs, 3 UTF-8 bytes each
+    text += static_cast<char>(0xE0 | (c >> 12));
+    text += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    text += static_cast<char>(0x80 | (c & 0x3F));
+    if (c % 20 == 19) text += '\n';
+  }
+  write_text(dir.path / "corpus.txt", text);
+  cqk::TokenizerTrainOptions options;
+  options.inputs = {(dir.path / "corpus.txt").string()};
+  options.vocab_size = 300;
+  options.model_path = (dir.path / "m.model").string();
+  try {
+    cqk::train_tokenizer(options);
+    ADD_FAILURE() << "trained";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    // 400 characters, 256 bytes, unk, bos and eos.
+    EXPECT_EQ(message, "tokenizer vocab size 300 is too small for this corpus: it needs at least 659 (an id for each "
+                       "of its characters, the 256 bytes and the special tokens)");
+  }
+  EXPECT_FALSE(fs::exists(options.model_path));
+}
+
 // --- corpus readers ----------------------------------------------------------------------
 
 TEST(DataCorpus, DetectsTheLayouts) {

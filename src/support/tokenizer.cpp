@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -76,6 +77,18 @@ std::string vocab_path_for(const std::string& model_path) {
   return model_path + ".vocab";
 }
 
+// sentencepiece's error, or, for a vocabulary without room for every character
+// of the corpus (coverage 1.0) and the byte pieces, the size it needs: its own
+// advice, lowering character_coverage, is not a cqk option.
+std::string training_failure(const std::string& message, int vocab_size) {
+  static const std::regex too_few(R"(Vocabulary size is smaller than required_chars\. ([0-9]+) vs ([0-9]+))");
+  std::smatch m;
+  if (std::regex_search(message, m, too_few))
+    return "tokenizer vocab size " + std::to_string(vocab_size) + " is too small for this corpus: it needs at least " +
+           m[2].str() + " (an id for each of its characters, the 256 bytes and the special tokens)";
+  return "sentencepiece training failed: " + message;
+}
+
 }  // namespace
 
 uint64_t fnv1a64(const void* data, std::size_t size, uint64_t hash) {
@@ -136,7 +149,7 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
   std::string serialized;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &serialized);
   if (!lines.status().ok()) throw std::runtime_error("tokenizer training input: " + lines.status().ToString());
-  if (!status.ok()) throw std::runtime_error("sentencepiece training failed: " + status.ToString());
+  if (!status.ok()) throw std::runtime_error(training_failure(status.ToString(), options.vocab_size));
 
   sentencepiece::SentencePieceProcessor processor;
   const auto loaded = processor.LoadFromSerializedProto(serialized);
