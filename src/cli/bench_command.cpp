@@ -126,8 +126,8 @@ void add_bench_command(CLI::App& app) {
                     "Side of the square matmul whose FLOP/s is the MFU reference (default 2048 CPU, 8192 CUDA)")
       ->check(non_negative_number());
   train->add_option("--dump", args->options.dump_dir,
-                    "Write weights.pt, batch.pt, reference.json (loss) and config.json here before the timed steps, "
-                    "for scripts/bench_pytorch.py")
+                    "Write weights.pt, batch.pt, reference.json (loss), config.json and optimizer.json (AdamW's "
+                    "parameter groups) here before the timed steps, for scripts/bench_pytorch.py")
       ->type_name("DIR");
   train->add_option("--compare", args->compare_path,
                     "Also run this config (same --set), alternating steps with CONFIG in one process, and report "
