@@ -31,6 +31,17 @@ def check(case):
     out = {"dir": case["dir"], "max_abs": (logits - reference).abs().max().item(),
            "scale": reference.abs().max().item()}
     out["max_rel"] = out["max_abs"] / out["scale"]
+    # The loss with labels (one target ignored, -100), against the mean negative
+    # log-likelihood of cqk's own logits in float64, summed term by term.
+    labels = ids.clone()
+    labels[0, 1] = -100
+    with torch.no_grad():
+        loss = model(ids, labels=labels).loss.item()
+    log_probs = torch.log_softmax(reference.double(), -1)
+    terms = [-log_probs[t, ids[0, t + 1]].item() for t in range(ids.size(1) - 1) if labels[0, t + 1] != -100]
+    expected = sum(terms) / len(terms)
+    out["loss"], out["loss_expected"] = loss, expected
+    out["loss_rel"] = abs(loss - expected) / expected
     if case["greedy"]:
         greedy = model.generate(ids, max_new_tokens=len(case["greedy"]), do_sample=False)
         out["greedy"] = greedy[0, ids.size(1):].tolist()

@@ -1,7 +1,8 @@
 // `cqk export` end to end: tiny runs of every attention kind (affine coupling)
 // and every other coupling kind (vanilla attention) on text, exported and loaded
 // by transformers (tests/hf_export_check.py): the Python model's logits match
-// cqk's within 1e-5 of their scale, greedy generation gives cqk's tokens, and
+// cqk's within 1e-5 of their scale, the loss with labels is their float64
+// negative log-likelihood, greedy generation gives cqk's tokens, and
 // the tokenizer encodes and decodes as cqk does. Bad run folders write nothing.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -163,6 +164,7 @@ TEST_F(HfExport, TransformersModelMatchesCqk) {
   for (std::string line; std::getline(lines, line); ++seen) {
     const auto r = json::parse(line);
     EXPECT_LE(r["max_rel"].get<double>(), 1e-5) << line;
+    EXPECT_LE(r["loss_rel"].get<double>(), 1e-5) << line;
     if (r.contains("greedy")) EXPECT_EQ(r["greedy"], r["greedy_cqk"]) << line;
     if (r.contains("encoded_same")) {
       EXPECT_TRUE(r["encoded_same"].get<bool>()) << line;

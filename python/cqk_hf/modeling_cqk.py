@@ -5,6 +5,7 @@ The parameters keep cqk's names (embedding.weight, blocks.0.attention.q_proj.wei
 generation step runs the whole context, cut to the last max_position_embeddings
 (cqk's data.seq_len) tokens, as `cqk generate` does.
 """
+import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
@@ -26,11 +27,18 @@ class CqkForCausalLM(PreTrainedModel, GenerationMixin):
     def get_input_embeddings(self):
         return self.embedding
 
-    def forward(self, input_ids, attention_mask=None, **kwargs):
+    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs):
         if attention_mask is not None and not bool(attention_mask.cummin(-1).values.eq(attention_mask).all()):
             # Right padding is harmless to a causal model; left padding would shift the positions.
             raise ValueError("cqk models take no left-padded batches (no attention mask); use batch size 1")
-        return CausalLMOutput(logits=lm_logits(self, input_ids))
+        logits = lm_logits(self, input_ids)
+        loss = None
+        if labels is not None:
+            # transformers' convention: labels are aligned with input_ids (the model
+            # shifts them: position t predicts t + 1), and -100 marks ignored targets.
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device),
+                                   ignore_index=-100)
+        return CausalLMOutput(loss=loss, logits=logits)
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
         window = self.config.max_position_embeddings
