@@ -6,7 +6,9 @@
 #
 # Each (config, seed) trains in OUT/<tag>/seed<S>, where <tag> is the config's
 # folder and file name ("150m-diff-affine" for configs/wikitext103/150m/diff-affine.yaml,
-# which is also its run.name). Re-running the same command is safe:
+# which is also its run.name in the shipped configs). `cqk stats` groups runs by
+# run.name, so two configs with one run.name stop the sweep before it trains.
+# Re-running the same command is safe:
 #   - results.json in the run folder: finished, skipped;
 #   - a checkpoint (checkpoints/step-*.ckpt): interrupted, continued with `cqk train --resume DIR`;
 #   - otherwise: `cqk train CONFIG --set run.seed=S --run-dir DIR [--set ...]`.
@@ -96,6 +98,7 @@ done
 for o in "${overrides[@]}"; do
   [[ "$o" == *=* ]] || die "--set '$o': expected KEY=VALUE"
   [[ "$o" != run.seed=* && "$o" != run.dir=* ]] || die "--set $o: the sweep sets run.seed and the run folder itself"
+  [[ "$o" != run.name=* ]] || die "--set $o: every config would get that name; the configs' own run.name tells their runs apart"
 done
 for e in "${evals[@]}"; do
   # The name rule is cqk's (sweep::check_evaluation_name), checked here so that a typo stops the sweep before it trains.
@@ -161,6 +164,22 @@ for config in "${configs[@]}"; do
   config_of_tag[$tag]="$abs"
   tag_of[$config]="$tag"
 done
+
+# cqk stats groups runs by run.name: two configs of one name would be pooled as
+# one variant. Checked on the configs as resolved with --set, when the tool is built.
+if [[ -x "$CQK" ]]; then
+  declare -A config_of_name=()
+  for config in "${configs[@]}"; do
+    resolve=("$CQK" inspect "$config" --yaml)
+    for o in "${overrides[@]}"; do resolve+=(--set "$o"); done
+    yaml="$("${resolve[@]}" 2>&1)" || die "$config: $(tail -n 1 <<<"$yaml")"
+    name="$(awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' <<<"$yaml")"
+    other="${config_of_name[$name]:-}"
+    [[ -z "$other" || "${config_of_tag[${tag_of[$other]}]}" == "${config_of_tag[${tag_of[$config]}]}" ]] ||
+      die "$config and $other both have run.name '$name': cqk stats would pool their runs as one variant; give each its own"
+    config_of_name[$name]="$config"
+  done
+fi
 
 # Job list: one line "config<TAB>tag<TAB>seed" per run, seeds outer, configs
 # inner, so that a sweep cut short has whole seeds of every variant: `cqk stats`

@@ -520,6 +520,15 @@ TEST(Sweep, RejectsBadUsage) {
   const auto clash = run_command(script + " --dry-run " + shell_quote(tmp / "a/x/c.yaml") + " " + shell_quote(tmp / "b/x/c.yaml"));
   EXPECT_EQ(clash.exit_code, 2);
   EXPECT_NE(clash.out.find("both map to run folder"), std::string::npos) << clash.out;
+
+  // Two configs of one run.name, which cqk stats would pool as one variant; and a --set of run.name.
+  std::ofstream(tmp / "a/x/low.yaml") << "run: {name: lr}\ntrain: {lr: 1.0e-3}\n";
+  std::ofstream(tmp / "a/x/high.yaml") << "run: {name: lr}\ntrain: {lr: 3.0e-3}\n";
+  const auto pooled = run_command("CQK_BIN=" + shell_quote(CQK_TOOL) + " " + script + " --dry-run " +
+                                  shell_quote(tmp / "a/x/low.yaml") + " " + shell_quote(tmp / "a/x/high.yaml"));
+  EXPECT_EQ(pooled.exit_code, 2);
+  EXPECT_NE(pooled.out.find("both have run.name 'lr'"), std::string::npos) << pooled.out;
+  EXPECT_EQ(run_command(script + " --dry-run --set run.name=x " + shell_quote(tmp / "a/x/low.yaml")).exit_code, 2);
 }
 
 TEST(Sweep, DryRunListsTheGridOfAScale) {
