@@ -16,11 +16,15 @@ import json
 import sys
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")  # files only, no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+    import numpy as np
+except ImportError as e:
+    sys.exit(f"plot_runs.py: {e.name} is missing: run it with the Python of the environment scripts/setup.sh "
+             "makes (~/.cache/cqk/torch-VERSION-pyX.Y/bin/python), which has numpy and matplotlib")
 
 
 def is_run_dir(path):
