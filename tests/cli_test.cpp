@@ -76,6 +76,9 @@ TEST(CliTool, EvalAndGenerateOnATrainedRun) {
   EXPECT_NEAR(number_after(text.out, "ppl"), valid_ppl, 1e-6 * valid_ppl) << text.out;
   EXPECT_NEAR(number_after(text.out, "loss"), results["valid"]["loss"].get<double>(), 1e-6) << text.out;
   EXPECT_NE(text.out.find("step-000000006.ckpt"), std::string::npos) << text.out;
+  // Progress on stderr, the result alone on stdout.
+  EXPECT_NE(text.err.find(" | evaluating valid | eta "), std::string::npos) << text.err;
+  EXPECT_EQ(text.out.find("evaluating"), std::string::npos) << text.out;
 
   const auto test = tool("eval " + run + " --split test --json");
   ASSERT_EQ(test.exit_code, 0) << test.err;

@@ -62,9 +62,10 @@ struct EvaluationSums {
 
 // Sums over the evaluation batches of `split` (this rank's share; max_batches
 // <= 0: the whole split): the cross entropy of the float32 logits per target,
-// summed in float64.
+// summed in float64. A non-empty `progress` shows "batch i/N | <progress> | eta"
+// on stderr (whole splits take minutes at scale).
 EvaluationSums evaluation_sums(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                               const c10::Device& device, const TargetTables& tables);
+                               const c10::Device& device, const TargetTables& tables, const std::string& progress = "");
 
 // The split's word count when max_batches covers the whole split (<= 0), for word perplexity.
 std::optional<int64_t> evaluated_words(const BatchSource& source, Split split, int64_t max_batches);
@@ -75,6 +76,6 @@ Evaluation summarize(const EvaluationSums& sums, std::optional<int64_t> words);
 
 // One process: evaluation_sums, then summarize with evaluated_words.
 Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                    const c10::Device& device, const TargetTables& tables);
+                    const c10::Device& device, const TargetTables& tables, const std::string& progress = "");
 
 }  // namespace cqk

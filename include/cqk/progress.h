@@ -9,7 +9,8 @@ namespace cqk {
 
 class ProgressLine {
  public:
-  ProgressLine(int64_t total, int64_t first, int64_t every);  // `every`: line interval when not a terminal
+  // `every`: line interval when not a terminal; `unit`: what is counted ("step i/N").
+  ProgressLine(int64_t total, int64_t first, int64_t every, std::string unit = "step");
   // `detail`: what follows "step i/N" (loss, tokens/s, ...); the ETA is added here.
   void update(int64_t done, const std::string& detail);
   void finish();  // ends the in-place line
@@ -17,6 +18,7 @@ class ProgressLine {
 
  private:
   int64_t total_, first_, every_;
+  std::string unit_;
   bool terminal_;
   bool open_line_ = false;
   std::chrono::steady_clock::time_point start_;

@@ -92,7 +92,8 @@ void add_eval_command(CLI::App& app) {
     const auto other = args->data.empty() ? nullptr : evaluation_folder(config, args->data, *training);
     BatchSource& evaluated = other ? *other : *training;
     const auto result = evaluate(model, evaluated, split, args->batches, device,
-                                 TargetTables{training->targets_in_training(), evaluated.token_bytes()});
+                                 TargetTables{training->targets_in_training(), evaluated.token_bytes()},
+                                 "evaluating " + args->split);
     const std::string data = args->data.empty() ? config.data.dir : args->data;
     nlohmann::json line = {{"checkpoint", checkpoint}, {"step", step},          {"split", args->split},
                            {"batches", args->batches}, {"data", data}};

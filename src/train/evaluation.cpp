@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
+#include "cqk/progress.h"
 #include "cqk/recall_task.h"
 
 namespace cqk {
@@ -44,7 +47,7 @@ at::Tensor table_tensor(const std::vector<T>& table, int64_t vocab, at::ScalarTy
 }  // namespace
 
 EvaluationSums evaluation_sums(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                               const c10::Device& device, const TargetTables& tables) {
+                               const c10::Device& device, const TargetTables& tables, const std::string& progress) {
   const int64_t vocab = source.vocab_size();
   const auto seen = table_tensor(tables.seen, vocab, at::kBool, device, "seen");
   const auto bytes = tables.bytes.empty() ? at::zeros({vocab}, at::TensorOptions(at::kLong).device(device))
@@ -53,7 +56,12 @@ EvaluationSums evaluation_sums(TransformerLM& model, BatchSource& source, Split 
   const bool was_training = model->is_training();
   model->eval();
   EvaluationSums sums;
-  for (const auto& batch : source.eval_batches(split, max_batches)) {
+  const auto batches = source.eval_batches(split, max_batches);
+  const auto count = static_cast<int64_t>(batches.size());
+  std::optional<ProgressLine> line;
+  if (!progress.empty()) line.emplace(count, 0, (count + 9) / 10, "batch");  // about ten lines in a log
+  int64_t done = 0;
+  for (const auto& batch : batches) {
     const auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
     const auto logits = model->forward(inputs).to(at::kFloat);
     const auto flat = targets.reshape(-1);
@@ -75,7 +83,9 @@ EvaluationSums evaluation_sums(TransformerLM& model, BatchSource& source, Split 
     sums.seen_tokens += std::llround(s[3]);
     sums.tokens += accuracy.total;
     sums.correct += accuracy.correct;
+    if (line) line->update(++done, progress);
   }
+  if (line) line->finish();
   model->train(was_training);
   return sums;
 }
@@ -108,8 +118,8 @@ Evaluation summarize(const EvaluationSums& sums, std::optional<int64_t> words) {
 }
 
 Evaluation evaluate(TransformerLM& model, BatchSource& source, Split split, int64_t max_batches,
-                    const c10::Device& device, const TargetTables& tables) {
-  return summarize(evaluation_sums(model, source, split, max_batches, device, tables),
+                    const c10::Device& device, const TargetTables& tables, const std::string& progress) {
+  return summarize(evaluation_sums(model, source, split, max_batches, device, tables, progress),
                    evaluated_words(source, split, max_batches));
 }
 

@@ -6,8 +6,12 @@
 
 namespace cqk {
 
-ProgressLine::ProgressLine(int64_t total, int64_t first, int64_t every)
-    : total_(total), first_(first), every_(every > 0 ? every : 1), terminal_(::isatty(STDERR_FILENO) == 1),
+ProgressLine::ProgressLine(int64_t total, int64_t first, int64_t every, std::string unit)
+    : total_(total),
+      first_(first),
+      every_(every > 0 ? every : 1),
+      unit_(std::move(unit)),
+      terminal_(::isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressLine::format_duration(double seconds) {
@@ -25,11 +29,11 @@ void ProgressLine::update(int64_t done, const std::string& detail) {
   const double per_step = done > first_ ? elapsed / static_cast<double>(done - first_) : 0.0;
   const std::string eta = format_duration(per_step * static_cast<double>(total_ - done));
   if (terminal_) {
-    std::fprintf(stderr, "\r\033[Kstep %lld/%lld | %s | eta %s", static_cast<long long>(done),
+    std::fprintf(stderr, "\r\033[K%s %lld/%lld | %s | eta %s", unit_.c_str(), static_cast<long long>(done),
                  static_cast<long long>(total_), detail.c_str(), eta.c_str());
     open_line_ = true;
   } else {
-    std::fprintf(stderr, "step %lld/%lld | %s | eta %s\n", static_cast<long long>(done),
+    std::fprintf(stderr, "%s %lld/%lld | %s | eta %s\n", unit_.c_str(), static_cast<long long>(done),
                  static_cast<long long>(total_), detail.c_str(), eta.c_str());
   }
   std::fflush(stderr);

@@ -101,9 +101,11 @@ std::string first_non_finite(TransformerLM& model) {
 }
 
 // An evaluation over every rank's share of the split (unchanged with one process).
+// `progress`: the progress line's label (rank 0 only), empty for none.
 Evaluation evaluate_split(DistributedContext& dist, TransformerLM& model, BatchSource& source, Split split,
-                          int64_t max_batches, const c10::Device& device, const TargetTables& tables) {
-  auto sums = evaluation_sums(model, source, split, max_batches, device, tables);
+                          int64_t max_batches, const c10::Device& device, const TargetTables& tables,
+                          const std::string& progress = "") {
+  auto sums = evaluation_sums(model, source, split, max_batches, device, tables, dist.is_main() ? progress : "");
   if (dist.enabled()) sums = EvaluationSums::from_vector(dist.all_reduce_sum(sums.to_vector()));
   return summarize(sums, evaluated_words(source, split, max_batches));
 }
@@ -388,8 +390,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   info("final evaluation: the whole valid and test splits");
 
   dist.check_parameters_in_sync(*model);
-  summary.valid = evaluate_split(dist, model, *source, Split::Valid, 0, device, tables);
-  summary.test = evaluate_split(dist, model, *source, Split::Test, 0, device, tables);
+  summary.valid = evaluate_split(dist, model, *source, Split::Valid, 0, device, tables, "final evaluation, valid");
+  summary.test = evaluate_split(dist, model, *source, Split::Test, 0, device, tables, "final evaluation, test");
   summary.step = state.step;
   dump_weights_for_test_if_requested(*model, dist.rank());
   if (!dist.is_main()) return summary;  // rank 0 writes the results
