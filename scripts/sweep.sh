@@ -261,6 +261,22 @@ trap cleanup EXIT
 
 log() { printf '[sweep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+# "N/M done" and, once a job has trained, the time left at this sweep's pace so far
+# (jobs skipped as finished count as done and take no time).
+progress() {
+  local done trained elapsed left
+  done="$(wc -l <"$state/outcomes")"
+  trained="$(grep -cv '^skipped' "$state/outcomes")"
+  left=$(( ${#jobs[@]} - done ))
+  elapsed=$(( $(date +%s) - sweep_start ))
+  if (( trained > 0 && left > 0 )); then
+    local eta=$(( elapsed * left / trained ))
+    printf '%d/%d done, eta %dh%02dm' "$done" "${#jobs[@]}" $(( eta / 3600 )) $(( eta % 3600 / 60 ))
+  else
+    printf '%d/%d done' "$done" "${#jobs[@]}"
+  fi
+}
+
 # Takes the next job index under a lock; prints nothing when none is left.
 next_job() {
   (
@@ -316,7 +332,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
       command=("$CQK" train "$config" --set "run.seed=$seed" --run-dir "$dir")
       for o in "${overrides[@]}"; do command+=(--set "$o"); done
     fi
-    log "$(printf '%-6s' "$action") $tag seed $seed on $where -> $dir (log: $dir/sweep.log)"
+    log "$(printf '%-6s' "$action") $tag seed $seed on $where -> $dir (run $((i + 1))/${#jobs[@]}; log: $dir/sweep.log)"
     {
       echo "# $(date '+%F %T') $where: ${command[*]}"
     } >>"$dir/sweep.log"
@@ -342,12 +358,13 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     elif [[ $rc -eq 3 ]]; then outcome=diverged
     else outcome=failed
     fi
-    log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log")"
     printf '%s\t%s\t%s\n' "$outcome" "$tag" "$seed" >>"$state/outcomes"
+    log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log") | $(progress)"
     [[ $outcome != finished ]] || evaluate "$dir" "$tag" "$seed"
   done
 }
 
+sweep_start="$(date +%s)"
 log "${#jobs[@]} runs (${#configs[@]} configs x ${#seeds[@]} seeds) in $out on" \
     "$([[ $cpu_only -eq 1 ]] && cpu_slots_text || echo "${#slots[@]} GPU(s): ${slots[*]}")"
 for slot in "${slots[@]}"; do

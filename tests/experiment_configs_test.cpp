@@ -372,6 +372,10 @@ TEST(Sweep, TwoVariantsThreeSeedsThroughStatsAndPlots) {
   EXPECT_NE(sweep.out.find("6 runs (2 configs x 3 seeds) in " + out + " on the CPU, 2 at a time"), std::string::npos)
       << sweep.out;
   EXPECT_NE(sweep.out.find("6 finished, 0 already finished"), std::string::npos) << sweep.out;
+  // Progress: each job's index when it starts; done counts, and the time left, as jobs end.
+  EXPECT_NE(sweep.out.find("(run 6/6; log: "), std::string::npos) << sweep.out;
+  EXPECT_NE(sweep.out.find(" | 1/6 done, eta "), std::string::npos) << sweep.out;
+  EXPECT_NE(sweep.out.find(" | 6/6 done\n"), std::string::npos) << sweep.out;
 
   // stats.csv: one row per variant with three seeds, and the automatic pair.
   const std::string csv = read_file(fs::path(out) / "stats.csv");
