@@ -391,6 +391,39 @@ TEST_F(StatsCommand, APairWithoutSpreadIsNotedAndTheReportStillComes) {
   EXPECT_NE(r.out.find("| diff-affine-150m | diff-150m | 3 vs 3 |"), std::string::npos) << r.out;
 }
 
+// Runs of other lengths or sizes under one name (a rerun sweep skips the runs it
+// finished before), and a base of another length, are noted, not silently pooled.
+TEST_F(StatsCommand, UnlikeRunsOfAVariantOrItsBaseAreNoted) {
+  write_sweep();
+  const auto clean = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(clean.exit_code, 0) << clean.out;
+  EXPECT_EQ(clean.out.find("unlike"), std::string::npos) << clean.out;
+
+  const auto rewrite = [](const fs::path& results, const std::string& key, long long value) {
+    auto json = nlohmann::json::parse(read_file(results.string()));
+    json[key] = value;
+    std::ofstream(results) << json.dump();
+  };
+  rewrite(root_ / "sweep/diff-150m-s2/results.json", "steps", 40);
+  const auto mixed = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.out;
+  EXPECT_NE(mixed.out.find("Note: diff-150m pools unlike runs: 40 steps (" + (root_ / "sweep/diff-150m-s2").string() +
+                           ") and 100 ("),
+            std::string::npos)
+      << mixed.out;
+
+  rewrite(root_ / "sweep/diff-150m-s2/results.json", "steps", 100);
+  rewrite(root_ / "sweep/diff-150m-s1/results.json", "params", 999);
+  for (int seed = 0; seed < 3; ++seed)
+    rewrite(root_ / "sweep/diff-affine-150m" / ("s" + std::to_string(seed)) / "results.json", "steps", 200);
+  const auto other = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(other.exit_code, 0) << other.out;
+  EXPECT_NE(other.out.find("Note: diff-150m pools unlike runs: 999 parameters ("), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("Note: diff-affine-150m vs diff-150m: the variant trained 200 steps, the base 100"),
+            std::string::npos)
+      << other.out;
+}
+
 TEST_F(StatsCommand, ErrorsAreOneLineWithNonZeroExit) {
   write_sweep();
   const auto unknown = run_tool(path(root_ / "sweep") + " --compare diff-affine-150m:nope");

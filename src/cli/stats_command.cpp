@@ -231,6 +231,47 @@ Comparison compare(const Groups& groups, const Pair& pair, const std::string& me
   return c;
 }
 
+// The fewest and the most of `field` over runs that report it (> 0), with a run of each.
+struct Spread {
+  long long least = 0, most = 0;
+  std::string least_dir, most_dir;
+};
+
+Spread spread(const std::vector<sweep::RunResult>& runs, long long sweep::RunResult::*field) {
+  Spread s;
+  for (const auto& run : runs) {
+    const long long value = run.*field;
+    if (value <= 0) continue;
+    if (s.least == 0 || value < s.least) s.least = value, s.least_dir = run.dir.string();
+    if (value > s.most) s.most = value, s.most_dir = run.dir.string();
+  }
+  return s;
+}
+
+// Unlike runs pooled as one variant (a sweep rerun with another train.steps skips
+// the runs it finished before; a changed width keeps the name), and a variant
+// compared with a base of another length: the tables then measure more than the variant.
+std::vector<std::string> unlike_runs(const Groups& groups, const std::vector<Pair>& pairs) {
+  std::vector<std::string> notes;
+  for (const auto& [name, runs] : groups) {
+    for (const auto& [field, what] : {std::pair{&sweep::RunResult::steps, "steps"},
+                                      std::pair{&sweep::RunResult::params, "parameters"}}) {
+      const auto s = spread(runs, field);
+      if (s.least != s.most)
+        notes.push_back(name + " pools unlike runs: " + std::to_string(s.least) + " " + what + " (" + s.least_dir +
+                        ") and " + std::to_string(s.most) + " (" + s.most_dir + ")");
+    }
+  }
+  for (const auto& [variant, base] : pairs) {
+    const auto v = spread(groups.at(variant), &sweep::RunResult::steps);
+    const auto b = spread(groups.at(base), &sweep::RunResult::steps);
+    if (v.least > 0 && b.least > 0 && v.least == v.most && b.least == b.most && v.least != b.least)
+      notes.push_back(variant + " vs " + base + ": the variant trained " + std::to_string(v.least) +
+                      " steps, the base " + std::to_string(b.least));
+  }
+  return notes;
+}
+
 void warn_about_repeated_seeds(const Groups& groups) {
   for (const auto& [name, runs] : groups) {
     for (std::size_t i = 1; i < runs.size(); ++i) {
@@ -265,7 +306,12 @@ Report build_report(const StatsOptions& options) {
     for (const auto& ignored : run.ignored_evaluations)
       report.notes.push_back("not used: " + ignored.file.string() + ": " + ignored.why);
   warn_about_repeated_seeds(report.groups);
-  for (const auto& pair : choose_pairs(options, report)) {
+  const auto pairs = choose_pairs(options, report);
+  for (const auto& note : unlike_runs(report.groups, pairs)) {
+    log::warn("stats: " + note);
+    report.notes.push_back(note);
+  }
+  for (const auto& pair : pairs) {
     try {
       report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
     } catch (const NoVariance& e) {
