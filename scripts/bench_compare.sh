@@ -35,10 +35,13 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 2; }
+# --help: the comment above, to stdout; a bad option: one line, exit 2.
+help() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0; }
+usage() { echo "bench_compare: $1 (see scripts/bench_compare.sh --help)" >&2; exit 2; }
+[[ ${1:-} != --help ]] || help
 reps=5 threads=$(nproc) warmup=3 steps=10 idle_wait=300 compile_mode=default
 configs=() pairs=()
-while getopts "r:t:w:s:p:q:m:h" opt; do
+while getopts ":r:t:w:s:p:q:m:h" opt; do
   case $opt in
     q) idle_wait=$OPTARG ;;
     r) reps=$OPTARG ;;
@@ -47,7 +50,9 @@ while getopts "r:t:w:s:p:q:m:h" opt; do
     s) steps=$OPTARG ;;
     p) pairs+=("$OPTARG") ;;
     m) compile_mode=$OPTARG ;;
-    *) usage ;;
+    h) help ;;
+    :) usage "-$OPTARG needs a value" ;;
+    *) usage "unknown option -$OPTARG" ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -58,7 +63,7 @@ for pair in "${pairs[@]+"${pairs[@]}"}"; do
 done
 # Each config once, in order of appearance.
 mapfile -t configs < <(printf '%s\n' "${configs[@]+"${configs[@]}"}" | awk 'NF && !seen[$0]++')
-((${#configs[@]})) || usage
+((${#configs[@]})) || usage "no CONFIG.yaml given"
 case $compile_mode in
   default | max-autotune-no-cudagraphs) ;;
   *) echo "bench_compare: -m wants default or max-autotune-no-cudagraphs, got '$compile_mode'" >&2; exit 2 ;;

@@ -14,6 +14,7 @@
 set -euo pipefail
 
 usage() { echo "usage: scripts/split_text.sh [--block LINES] [--parts N] INPUT.txt OUT_DIR" >&2; exit 2; }
+help() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0; }  # the comment above
 die() { echo "split_text: $*" >&2; exit 2; }
 
 block=100
@@ -23,7 +24,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --block) [[ $# -ge 2 ]] || usage; block="$2"; shift 2 ;;
     --parts) [[ $# -ge 2 ]] || usage; parts="$2"; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) help ;;
     -*) die "unknown option $1" ;;
     *) args+=("$1"); shift ;;
   esac

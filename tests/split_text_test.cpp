@@ -69,6 +69,11 @@ TEST(SplitText, RefusesBadInputWithOneLineAndWritesNoSplit) {
   const auto bad_block = run_command(script() + " --block 0 " + shell_quote(tmp / "short.txt") + " " + shell_quote(tmp / "out"));
   EXPECT_EQ(bad_block.exit_code, 2);
   EXPECT_NE(bad_block.out.find("--block '0'"), std::string::npos) << bad_block.out;
+
+  // --help: the script's header (the split rule), exit 0.
+  const auto help = run_command(script() + " --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("with the defaults 90% / 5% / 5%"), std::string::npos) << help.out;
 }
 
 }  // namespace
