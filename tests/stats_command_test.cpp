@@ -140,7 +140,7 @@ TEST_F(StatsCommand, PrintsVariantsAndPairsCoupledVariantsWithTheirBase) {
   EXPECT_NE(r.out.find("| vanilla-150m | 2 | 23.250 ± 0.354 | 24.200 ± 0.283 |"), std::string::npos);
   EXPECT_NE(r.out.find("vanilla-150m-s2"), std::string::npos) << "the unfinished run is listed";
   // Automatic pairing; one comparison, so Bonferroni leaves the one-sided p as it is.
-  EXPECT_NE(r.out.find("| diff-affine-150m | diff-150m | 3 vs 3 | -0.533 | -3.200 | 3.99 | 0.0165 | 0.0330 | "
+  EXPECT_NE(r.out.find("| diff-affine-150m | diff-150m | 3 vs 3 | -0.5333 | -3.200 | 3.99 | 0.0165 | 0.0330 | "
                           "-2.085 | 0.0165 | * |"),
             std::string::npos)
       << r.out;

@@ -411,7 +411,7 @@ std::string render_markdown(const Report& report) {
       << "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
   for (const auto& c : report.comparisons) {
     out << "| " << c.variant << " | " << c.base << " | " << c.n_variant << " vs " << c.n_base << " | "
-        << printf_number("%+.3f", c.mean_difference) << " | " << printf_number("%.3f", c.welch.t) << " | "
+        << printf_number("%+.4g", c.mean_difference) << " | " << printf_number("%.3f", c.welch.t) << " | "
         << printf_number("%.2f", c.welch.df) << " | " << p_value(c.welch.p_less) << " | "
         << p_value(c.welch.p_two_sided) << " | " << printf_number("%.3f", c.hedges_g) << " | "
         << p_value(c.p_bonferroni) << " | " << (c.p_bonferroni < kAlpha ? "*" : "") << " |\n";
