@@ -239,4 +239,18 @@ TEST_F(EvalData, AFolderOfAnotherTokenizerIsRefused) {
   EXPECT_NE(r.err.find("encoded with another tokenizer"), std::string::npos) << r.err;
 }
 
+// The run's own token files gone (another folder, or moved): one line that says
+// where eval looked for them, also with --data (their training split decides
+// which targets count as seen).
+TEST_F(EvalData, MissingRunDataSaysWhereEvalLooked) {
+  std::filesystem::rename(tokens_, tmp_ / "moved");
+  for (const std::string& args : {std::string(), " --data " + tmp_ / "moved"}) {
+    const auto r = tool("eval " + run_ + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(tokens_ + "/train.bin does not exist"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("eval reads the run's data.dir (" + run_ + "/config.yaml)"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

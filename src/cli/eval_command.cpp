@@ -87,8 +87,16 @@ void add_eval_command(CLI::App& app) {
     auto& [model, config, run_dir, checkpoint, step] = trained;
     const auto device = model->parameters().front().device();
     const Split split = args->split == "test" ? Split::Test : Split::Valid;
-    // The run's own data: its training split decides which targets count as seen.
-    auto training = make_batch_source(config.data, config.run.seed);
+    // The run's own data: its training split decides which targets count as seen
+    // (also with --data), so a missing one says where eval looked.
+    auto training = [&] {
+      try {
+        return make_batch_source(config.data, config.run.seed);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(std::string(e.what()) + "; eval reads the run's data.dir (" + run_dir +
+                                 "/config.yaml), relative to the current folder: run it where the run was started");
+      }
+    }();
     const auto other = args->data.empty() ? nullptr : evaluation_folder(config, args->data, *training);
     BatchSource& evaluated = other ? *other : *training;
     const auto result = evaluate(model, evaluated, split, args->batches, device,
