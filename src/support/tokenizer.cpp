@@ -128,6 +128,10 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
   if (options.vocab_size < 300)
     throw std::invalid_argument("tokenizer vocab size " + std::to_string(options.vocab_size) +
                                 " is too small: byte fallback alone takes 259 ids");
+  // sentencepiece refuses a sample of 1-100 lines with an internal error.
+  if (options.max_sentences < 0 || (options.max_sentences > 0 && options.max_sentences <= 100))
+    throw std::invalid_argument("tokenizer --max-sentences must be 0 (all lines) or more than 100, got " +
+                                std::to_string(options.max_sentences));
   const int threads = options.threads > 0 ? options.threads : cores();
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
@@ -145,6 +149,9 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
       {"num_threads", std::to_string(threads)},
       {"minloglevel", options.verbose ? "0" : "1"},
   };
+  log::info("tokenizer: training BPE, vocabulary " + std::to_string(options.vocab_size) + ", on " +
+            std::to_string(options.inputs.size()) + " file(s), " + std::to_string(threads) +
+            " threads (minutes for a large corpus; sentencepiece's own log with --verbose)");
   FileLines lines(options.inputs);
   std::string serialized;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &serialized);
@@ -163,7 +170,10 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
     vocab += '\n';
   }
   write_file_atomically(vocab_path_for(options.model_path), vocab);
-  log::info("tokenizer: trained BPE with " + std::to_string(processor.GetPieceSize()) + " pieces on " +
+  const std::string sample = options.max_sentences > 0 && lines.lines() > options.max_sentences
+                                 ? "a sample of " + std::to_string(options.max_sentences) + " of "
+                                 : "all ";
+  log::info("tokenizer: trained BPE with " + std::to_string(processor.GetPieceSize()) + " pieces on " + sample +
             std::to_string(lines.lines()) + " lines -> " + options.model_path);
 }
 
