@@ -1,7 +1,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cqk/atomic_file.h"
 #include "cqk/log.h"
 #include "cqk/statistics.h"
 #include "cqk/sweep_results.h"
@@ -519,18 +519,12 @@ std::string render_csv(const Report& report) {
   return out.str();
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream file(path);
-  file << text;
-  if (!file.flush()) throw std::runtime_error("cannot write " + path);
-}
-
 void run_stats(const StatsOptions& options) {
   const Report report = build_report(options);
   const std::string markdown = render_markdown(report);
   std::cout << markdown;
-  if (!options.markdown.empty()) write_file(options.markdown, markdown);
-  if (!options.csv.empty()) write_file(options.csv, render_csv(report));
+  if (!options.markdown.empty()) write_file_atomically(options.markdown, markdown);
+  if (!options.csv.empty()) write_file_atomically(options.csv, render_csv(report));
 }
 
 }  // namespace
