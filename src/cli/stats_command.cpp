@@ -292,8 +292,8 @@ Report build_report(const StatsOptions& options) {
   if (runs.finished.empty()) {
     std::string roots;
     for (const auto& dir : options.run_dirs) roots += " " + dir;
-    throw std::runtime_error("no results.json found under" + roots +
-                             " (unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
+    throw std::runtime_error("no results.json found under" + roots + " (each folder and two levels below it; " +
+                             "unfinished runs: " + std::to_string(runs.unfinished.size()) + ")");
   }
   // A NAME that means two texts: an error when it is the one compared, else left out of the report.
   for (const auto& [name, why] : sweep::drop_disagreeing_saved_evaluations(runs.finished)) {
