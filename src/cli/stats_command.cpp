@@ -307,10 +307,7 @@ Report build_report(const StatsOptions& options) {
       report.notes.push_back("not used: " + ignored.file.string() + ": " + ignored.why);
   warn_about_repeated_seeds(report.groups);
   const auto pairs = choose_pairs(options, report);
-  for (const auto& note : unlike_runs(report.groups, pairs)) {
-    log::warn("stats: " + note);
-    report.notes.push_back(note);
-  }
+  for (const auto& note : unlike_runs(report.groups, pairs)) report.notes.push_back(note);
   for (const auto& pair : pairs) {
     try {
       report.comparisons.push_back(compare(report.groups, pair, report.metric, options.unpaired));
