@@ -168,16 +168,16 @@ done
 # cqk stats groups runs by run.name: two configs of one name would be pooled as
 # one variant. Checked on the configs as resolved with --set, when the tool is built.
 if [[ -x "$CQK" ]]; then
-  declare -A config_of_name=()
+  declare -A tag_of_name=()
   for config in "${configs[@]}"; do
     resolve=("$CQK" inspect "$config" --yaml)
     for o in "${overrides[@]}"; do resolve+=(--set "$o"); done
     yaml="$("${resolve[@]}" 2>&1)" || die "$config: $(tail -n 1 <<<"$yaml")"
     name="$(awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' <<<"$yaml")"
-    other="${config_of_name[$name]:-}"
-    [[ -z "$other" || "${config_of_tag[${tag_of[$other]}]}" == "${config_of_tag[${tag_of[$config]}]}" ]] ||
-      die "$config and $other both have run.name '$name': cqk stats would pool their runs as one variant; give each its own"
-    config_of_name[$name]="$config"
+    other="${tag_of_name[$name]:-}"  # a tag stands for one config file (checked above)
+    [[ -z "$other" || "$other" == "${tag_of[$config]}" ]] ||
+      die "$config and ${config_of_tag[$other]} both have run.name '$name': cqk stats would pool their runs as one variant; give each its own"
+    tag_of_name[$name]="${tag_of[$config]}"
   done
 fi
 
