@@ -194,6 +194,30 @@ TEST(ExperimentConfigs, CpuControlsMatchTheAffineCoupling) {
   }
 }
 
+// Each coupled CPU-scale run (cpu/X-affine.yaml) is its base (cpu/X.yaml) with
+// the affine coupling and nothing else changed, so a pair measures the coupling.
+TEST(ExperimentConfigs, CpuCoupledRunsDifferFromTheirBaseOnlyByTheCoupling) {
+  const fs::path cpu = fs::path(CQK_SOURCE_DIR) / "configs" / "cpu";
+  const std::string suffix = "-affine";
+  std::set<std::string> bases;
+  for (const auto& entry : fs::directory_iterator(cpu)) {
+    const std::string stem = entry.path().stem().string();
+    if (stem.size() <= suffix.size() || stem.compare(stem.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    SCOPED_TRACE(stem);
+    const std::string base_stem = stem.substr(0, stem.size() - suffix.size());
+    const auto base = cqk::load_config((cpu / (base_stem + ".yaml")).string());
+    auto coupled = cqk::load_config(entry.path().string());
+    EXPECT_EQ(coupled.run.name, "cpu-" + stem);
+    EXPECT_EQ(cqk::to_string(coupled.model.attention.coupling().kind()), "affine");
+    EXPECT_EQ(cqk::to_string(base.model.attention.coupling().kind()), "none");
+    coupled.run.name = base.run.name;
+    coupled.model.attention.coupling().kind() = base.model.attention.coupling().kind();
+    EXPECT_EQ(cqk::to_yaml(coupled), cqk::to_yaml(base));
+    bases.insert(base_stem);
+  }
+  EXPECT_EQ(bases, (std::set<std::string>{"diff", "mta", "qknorm", "vanilla"}));
+}
+
 TEST(ExperimentConfigs, EveryRunOfAScaleTrainsOnTheSameTokens) {
   // Variants of a scale differ only in the model (and the micro-batch split):
   // tokens per step and steps are those of the base.
