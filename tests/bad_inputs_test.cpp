@@ -44,6 +44,7 @@ const std::string kCorpus = std::string(CQK_SOURCE_DIR) + "/tests/bad_inputs";
 
 struct Case {
   std::string name, args, setup;
+  std::string env;               // VAR=value assignments the command runs with
   std::vector<std::string> expect;
   int log_lines = 0;             // "[hh:mm:ss info|warning]" lines allowed before the error line
   bool during_training = false;  // found by the training loop: the run dir may exist, without checkpoints
@@ -51,7 +52,9 @@ struct Case {
   std::string manifest_error;    // cases.yaml could not be read
 };
 
-std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name << ": cqk " << c.args; }
+std::ostream& operator<<(std::ostream& out, const Case& c) {
+  return out << c.name << ": " << (c.env.empty() ? "" : c.env + " ") << "cqk " << c.args;
+}
 
 std::vector<Case> load_cases() {
   std::vector<Case> cases;
@@ -62,6 +65,7 @@ std::vector<Case> load_cases() {
       c.name = node["name"].as<std::string>();
       c.args = node["args"].as<std::string>();
       if (node["setup"]) c.setup = node["setup"].as<std::string>();
+      if (node["env"]) c.env = node["env"].as<std::string>();
       if (node["log_lines"]) c.log_lines = node["log_lines"].as<int>();
       if (node["during_training"]) c.during_training = node["during_training"].as<bool>();
       if (node["skip_as_root"]) c.skip_as_root = node["skip_as_root"].as<bool>();
@@ -87,9 +91,11 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-// Runs `cqk ARGS` (through the shell, so ARGS may quote) in `cwd`, one torch thread.
-CommandResult run_tool(const std::string& args, const std::string& cwd, const std::string& scratch) {
-  return run_command("cd '" + cwd + "' && CQK_NUM_THREADS=1 " + std::string(CQK_TOOL) + " " + args,
+// Runs `cqk ARGS` (through the shell, so ARGS may quote) in `cwd`, one torch thread,
+// with the environment assignments `env` adds.
+CommandResult run_tool(const std::string& args, const std::string& cwd, const std::string& scratch,
+                       const std::string& env = "") {
+  return run_command("cd '" + cwd + "' && CQK_NUM_THREADS=1 " + env + " " + std::string(CQK_TOOL) + " " + args,
                      scratch + "/stderr.txt");
 }
 
@@ -293,10 +299,10 @@ TEST_P(BadInput, GivesOneErrorLineAndWritesNothing) {
   args = replace_all(args, "{dir}", kCorpus);
 
   const Tree before = snapshot(tmp.path());
-  const CommandResult r = run_tool(args, tmp.path(), scratch.path());
+  const CommandResult r = run_tool(args, tmp.path(), scratch.path(), c.env);
   const Tree after = snapshot(tmp.path());
 
-  const std::string shown = "cqk " + args + "\nexit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out +
+  const std::string shown = c.env + " cqk " + args + "\nexit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out +
                             "\nstderr:\n" + r.err;
   ASSERT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\n" << shown;
   EXPECT_EQ(r.exit_code, 2) << shown;

@@ -6,11 +6,32 @@
 
 #include "commands.h"
 #include "cqk/build_info.h"
+#include "cqk/rms_norm.h"
+#include "cqk/rope.h"
 #include "cqk/runtime.h"
+#include "cqk/swiglu.h"
+#include "ops/cuda_coupling.h"
+#include "simd/simd_variants.h"
+
+namespace {
+
+// Reads every CQK_* switch once, so a bad value ends the tool before a run
+// starts; a switch is otherwise read when first used, and one that a run's
+// shapes never reach would be ignored.
+void check_environment() {
+  cqk::keep_freed_memory();
+  cqk::cpu::simd_variant();
+  cqk::fused_coupling_enabled();
+  cqk::fused_rms_norm_enabled();
+  cqk::fused_rope_enabled();
+  cqk::fused_swiglu_enabled();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {
-    cqk::keep_freed_memory();
+    check_environment();
   } catch (const std::exception& e) {
     std::cerr << "cqk: error: " << e.what() << "\n";
     return 2;

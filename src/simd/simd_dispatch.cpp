@@ -1,7 +1,9 @@
 // Run-time choice between the compiled copies of the CPU kernels.
 // Compiled with the default flags: this code runs on any x86-64.
 #include <stdlib.h>
-#include <string.h>
+
+#include <stdexcept>
+#include <string>
 
 #include "simd_variants.h"
 
@@ -9,19 +11,39 @@ namespace cqk::cpu {
 
 namespace {
 
-enum class Variant { None, Avx2, Avx512 };
+enum class Variant { None, Avx2, Avx512 };  // ordered: a CPU that runs one runs those before it
 
-Variant detect() {
+const char* name_of(Variant v) {
+  switch (v) {
+    case Variant::Avx512: return "avx512";
+    case Variant::Avx2: return "avx2";
+    default: return "none";
+  }
+}
+
+Variant widest_supported() {
 #if defined(__x86_64__)
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vl");
-  const char* forced = getenv("CQK_CPU_KERNEL");
-  if (avx512 && (forced == nullptr || strcmp(forced, "avx2") != 0)) return Variant::Avx512;
-  return avx2 ? Variant::Avx2 : Variant::None;
+  return avx512 ? Variant::Avx512 : avx2 ? Variant::Avx2 : Variant::None;
 #else
   return Variant::None;
 #endif
+}
+
+// The widest copy the CPU runs, or the one $CQK_CPU_KERNEL names.
+Variant detect() {
+  const Variant widest = widest_supported();
+  const char* forced = getenv("CQK_CPU_KERNEL");
+  if (forced == nullptr || *forced == '\0') return widest;
+  const std::string name = forced;
+  if (name != "avx512" && name != "avx2")
+    throw std::invalid_argument("CQK_CPU_KERNEL must be avx512 or avx2, got '" + name + "'");
+  const Variant wanted = name == "avx512" ? Variant::Avx512 : Variant::Avx2;
+  if (wanted > widest)
+    throw std::invalid_argument("CQK_CPU_KERNEL=" + name + ", but this CPU runs at most " + name_of(widest));
+  return wanted;
 }
 
 Variant variant() {
@@ -31,13 +53,7 @@ Variant variant() {
 
 }  // namespace
 
-const char* simd_variant() {
-  switch (variant()) {
-    case Variant::Avx512: return "avx512";
-    case Variant::Avx2: return "avx2";
-    default: return "none";
-  }
-}
+const char* simd_variant() { return name_of(variant()); }
 
 bool affine_coupling_supported(const kernels::CouplingShape& s, int64_t steps, float clamp) {
   return variant() != Variant::None && (s.hidden == 8 || s.hidden == 16) && s.head_dim % 8 == 0 &&

@@ -40,7 +40,9 @@ CQK_DECLARE_SIMD_VARIANT(avx512)  // AVX-512 F/DQ/VL: 16 floats per vector
 
 // The copy this process runs: "avx512" or "avx2" by what the CPU supports, or
 // "none" (then the ATen path runs). CQK_CPU_KERNEL=avx2 makes an AVX-512
-// machine run the AVX2 copy (for comparing and testing both).
+// machine run the AVX2 copy (for comparing and testing both); a value other
+// than avx512 or avx2, or a copy the CPU cannot run, throws
+// std::invalid_argument (on every call: the choice is made once it succeeds).
 const char* simd_variant();
 
 }  // namespace cqk::cpu
