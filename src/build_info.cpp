@@ -12,6 +12,8 @@
 
 #include <sstream>
 
+#include "simd/simd_variants.h"
+
 namespace cqk {
 
 namespace {
@@ -57,6 +59,7 @@ BuildInfo build_info() {
 #endif
   info.cpu_threads = at::get_num_threads();
   info.blas = blas_name();
+  info.cpu_kernels = cpu::simd_variant();
   return info;
 }
 
@@ -72,7 +75,8 @@ std::string describe(const BuildInfo& info) {
       << "gpus visible: " << info.gpus_visible << (info.gpus_visible == 0 ? " (no CUDA device)" : "") << "\n";
   for (size_t i = 0; i < info.gpus.size(); ++i) out << "gpu " << i << ": " << info.gpus[i] << "\n";
   out << "cpu threads: " << info.cpu_threads << "\n"
-      << "cpu blas: " << info.blas << "\n";
+      << "cpu blas: " << info.blas << "\n"
+      << "cpu kernels: " << info.cpu_kernels << "\n";
   return out.str();
 }
 

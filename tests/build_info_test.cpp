@@ -5,6 +5,11 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -64,6 +69,24 @@ TEST(Runtime, KeepFreedMemoryServesLargeTensorsFromTheHeapAndKeepsThem) {
 TEST(Runtime, CpuMatmulUsesAnOptimisedBlas) {
   const auto info = cqk::build_info();
   EXPECT_TRUE(info.blas == "mkl" || info.blas == "open" || info.blas == "openblas") << info.blas;
+}
+
+// The CPU kernels' copy matches the CPU's flags as the kernel lists them.
+TEST(BuildInfo, NamesTheCpuKernelsTheCpuRuns) {
+  if (std::getenv("CQK_CPU_KERNEL") != nullptr) GTEST_SKIP() << "CQK_CPU_KERNEL chooses the copy";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("flags", 0) != 0) {
+  }
+  if (line.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  std::istringstream words(line);
+  const std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  const auto has = [&](const char* flag) { return flags.count(flag) > 0; };
+  const bool avx2 = has("avx2") && has("fma");
+  const bool avx512 = avx2 && has("avx512f") && has("avx512dq") && has("avx512vl");
+  const auto info = cqk::build_info();
+  EXPECT_EQ(info.cpu_kernels, avx512 ? "avx512" : avx2 ? "avx2" : "none");
+  EXPECT_NE(cqk::describe(info).find("cpu kernels: " + info.cpu_kernels + "\n"), std::string::npos);
 }
 
 TEST(BuildInfo, ReportsVersions) {

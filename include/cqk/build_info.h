@@ -17,6 +17,7 @@ struct BuildInfo {
   std::vector<std::string> gpus;  // per visible GPU: name, compute capability, memory
   int cpu_threads = 0;         // intra-op threads in use
   std::string blas;            // BLAS a CPU matmul dispatches to
+  std::string cpu_kernels;     // the copy of cqk's CPU kernels that runs: avx512, avx2, or none (the ATen ops)
 };
 
 BuildInfo build_info();
