@@ -499,8 +499,42 @@ TEST_F(StatsCommand, FindRunsLooksTwoLevelsDownAndCountsEachRunOnce) {
   EXPECT_EQ(runs.finished[1].name, "top");
   EXPECT_EQ(runs.finished[2].name, "two");
   ASSERT_EQ(runs.unfinished.size(), 1u);
-  EXPECT_EQ(runs.unfinished[0].filename(), "r4");
+  EXPECT_EQ(runs.unfinished[0].dir.filename(), "r4");
+  EXPECT_FALSE(runs.unfinished[0].diverged.has_value());
   EXPECT_THROW(sweep::find_runs({root_ / "missing"}), std::runtime_error);
+}
+
+// A diverged run is listed with where it diverged, and its variant gets a
+// note: its figures are of the runs that survived.
+TEST_F(StatsCommand, NamesDivergedRunsAndTheVariantsTheyLeave) {
+  write_sweep();
+  const auto dir = write_run(root_ / "sweep" / "diff-affine-150m-s4", "diff-affine-150m", 4);
+  sweep::write_divergence(dir, {"diff-affine-150m", 4, 37, "nan", "gradient of layers.0.attention.coupling.w1"});
+  const auto runs = sweep::find_runs({root_ / "sweep"});
+  const auto diverged = std::find_if(runs.unfinished.begin(), runs.unfinished.end(),
+                                     [](const sweep::UnfinishedRun& r) { return r.diverged.has_value(); });
+  ASSERT_NE(diverged, runs.unfinished.end());
+  EXPECT_EQ(diverged->dir, dir);
+  EXPECT_EQ(diverged->diverged->step, 37);
+
+  const auto r = run_tool(path(root_ / "sweep"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("- " + dir.string() +
+                       ": diverged at step 37 (loss nan; first non-finite: gradient of layers.0.attention.coupling.w1)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Note: diff-affine-150m: 1 run(s) diverged (seed 4) and are not counted; its figures are of "
+                       "the runs that finished"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| diff-affine-150m | 3 |"), std::string::npos) << "still three finished runs";
+
+  std::ofstream(sweep::divergence_path(dir)) << R"({"name": "diff-affine-150m", "seed": 4, "step": "x"})";
+  const auto broken = run_tool(path(root_ / "sweep"));
+  EXPECT_NE(broken.exit_code, 0);
+  EXPECT_NE(broken.out.find(sweep::divergence_path(dir).string() + ": \"step\" must be an integer, not string"),
+            std::string::npos)
+      << broken.out;
 }
 
 TEST(StatsSweep, CouplingBaseRemovesTheCouplingMarker) {

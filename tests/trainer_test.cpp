@@ -19,6 +19,7 @@
 #include "cqk/checkpoint.h"
 #include "cqk/config_loader.h"
 #include "cqk/model.h"
+#include "cqk/sweep_results.h"
 #include "cqk/evaluation_report.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
@@ -316,11 +317,31 @@ TEST(Trainer, DivergenceStopsWithoutANewCheckpoint) {
       EXPECT_TRUE(at::isfinite(item.value()).all().item<bool>()) << path << ": " << item.key();
   }
   EXPECT_NE(read_file(dir / "train.log").find("first non-finite"), std::string::npos);
+  // diverged.json says so for `cqk stats`.
+  const auto divergence = cqk::sweep::read_divergence(dir.path());
+  ASSERT_TRUE(divergence.has_value());
+  EXPECT_EQ(divergence->name, config.run.name);
+  EXPECT_EQ(divergence->seed, config.run.seed);
+  EXPECT_EQ(divergence->step, summary.step + 1);
+  EXPECT_TRUE(divergence->loss == "nan" || divergence->loss == "inf" || divergence->loss == "-inf")
+      << divergence->loss;
+  EXPECT_FALSE(divergence->first_non_finite.empty());
   EXPECT_TRUE(folder_entries(dir.path()).size() > 0);
   for (const auto& name : folder_entries(dir.path())) {
     EXPECT_NE(name, "results.json");
     EXPECT_NE(name, "model.pt");
   }
+}
+
+// A run that starts in the folder of a diverged one is a new attempt: the
+// old diverged.json goes, so `cqk stats` does not call it diverged.
+TEST(Trainer, AStartRemovesAnEarlierDivergence) {
+  TempDir dir("cqk-train");
+  cqk::sweep::write_divergence(dir.path(), {"earlier", 1, 3, "nan", "the loss only"});
+  ASSERT_TRUE(cqk::sweep::read_divergence(dir.path()).has_value());
+  const auto summary = cqk::train(tiny_run_config({"train.steps=2"}), in_dir(dir));
+  ASSERT_EQ(summary.outcome, cqk::TrainOutcome::Finished);
+  EXPECT_FALSE(cqk::sweep::read_divergence(dir.path()).has_value());
 }
 
 // grad_clip 0 turns clipping off (it used to throw from clip_grad_norm_:

@@ -59,9 +59,31 @@ struct RunResult {
   std::map<std::string, SavedEvaluationSource> saved_evaluations;  // the ones used, by name
 };
 
+// RUN/diverged.json: the trainer writes it when the training loss becomes
+// non-finite (the last good checkpoint is kept), and a run that starts again
+// in the folder removes it. `cqk stats` names these runs: left out silently,
+// they would make a comparison one of the runs that survived.
+struct Divergence {
+  std::string name;
+  long long seed = 0;
+  long long step = 0;            // the step whose loss was not finite
+  std::string loss;              // "nan", "inf" or "-inf"
+  std::string first_non_finite;  // "parameter NAME", "gradient of NAME", or the loss only
+};
+
+std::filesystem::path divergence_path(const std::filesystem::path& run_dir);
+void write_divergence(const std::filesystem::path& run_dir, const Divergence& divergence);
+// Nothing without the file; throws std::runtime_error naming a malformed one.
+std::optional<Divergence> read_divergence(const std::filesystem::path& run_dir);
+
+struct UnfinishedRun {
+  std::filesystem::path dir;
+  std::optional<Divergence> diverged;
+};
+
 struct SweepRuns {
-  std::vector<RunResult> finished;              // sorted by name, then seed
-  std::vector<std::filesystem::path> unfinished;  // run directories without results.json
+  std::vector<RunResult> finished;      // sorted by name, then seed
+  std::vector<UnfinishedRun> unfinished;  // run directories without results.json
 };
 
 // Reads `run_dir`/results.json, then the evaluations saved in `run_dir`/evals/

@@ -65,7 +65,7 @@ struct Report {
   std::string metric;
   Groups groups;
   std::vector<std::string> reported_metrics;  // those some finished run has (sweep::reported_metrics)
-  std::vector<fs::path> unfinished;
+  std::vector<sweep::UnfinishedRun> unfinished;
   std::vector<Comparison> comparisons;
   std::vector<std::string> notes;
 };
@@ -284,6 +284,29 @@ void warn_about_repeated_seeds(const Groups& groups) {
   }
 }
 
+// A note per variant with diverged runs: its statistics are of the runs that survived.
+std::vector<std::string> diverged_runs(const std::vector<sweep::UnfinishedRun>& unfinished) {
+  std::map<std::string, std::vector<long long>> seeds;
+  for (const auto& run : unfinished)
+    if (run.diverged) seeds[run.diverged->name].push_back(run.diverged->seed);
+  std::vector<std::string> notes;
+  for (auto& [name, list] : seeds) {
+    std::sort(list.begin(), list.end());
+    std::string text;
+    for (const long long seed : list) text += (text.empty() ? "" : ", ") + std::to_string(seed);
+    notes.push_back(name + ": " + std::to_string(list.size()) + " run(s) diverged (seed " + text +
+                    ") and are not counted; its figures are of the runs that finished");
+  }
+  return notes;
+}
+
+std::string describe_unfinished(const sweep::UnfinishedRun& run) {
+  if (!run.diverged) return run.dir.string();
+  const auto& d = *run.diverged;
+  return run.dir.string() + ": diverged at step " + std::to_string(d.step) + " (loss " + d.loss +
+         "; first non-finite: " + d.first_non_finite + ")";
+}
+
 Report build_report(const StatsOptions& options) {
   Report report;
   report.metric = options.metric;  // checked by --metric's validator
@@ -300,6 +323,7 @@ Report build_report(const StatsOptions& options) {
     if (sweep::metric_evaluation(report.metric) == name) throw std::runtime_error(why);
     report.notes.push_back("not used: " + why);
   }
+  for (const auto& note : diverged_runs(runs.unfinished)) report.notes.push_back(note);
   report.groups = sweep::group_by_variant(runs.finished);
   report.reported_metrics = sweep::reported_metrics(runs.finished);
   for (const auto& run : runs.finished)
@@ -397,7 +421,7 @@ std::string render_markdown(const Report& report) {
   }
   if (!report.unfinished.empty()) {
     out << "\nUnfinished runs (no results.json, not counted):\n";
-    for (const auto& dir : report.unfinished) out << "- " << dir.string() << "\n";
+    for (const auto& run : report.unfinished) out << "- " << describe_unfinished(run) << "\n";
   }
   for (const auto& note : report.notes) out << "\nNote: " << note << "\n";
   if (report.comparisons.empty()) return out.str();
@@ -551,7 +575,7 @@ void add_stats_command(CLI::App& app) {
                 "Welch's test only, even for runs initialised keyed by name (which are otherwise also paired by seed)");
   cmd->footer(
       "A run counts once its directory holds results.json; directories with only metrics.jsonl are listed as "
-      "unfinished.\n"
+      "unfinished (a diverged one with the step and the first non-finite value, from its diverged.json).\n"
       "Without --compare, each variant whose name carries a coupling marker ('-affine', '+affine' or '-coupled', "
       "at the end of the name or followed by '-') is paired with the variant named without it, when that one has "
       "finished runs: diff-affine-150m vs diff-150m, mta+affine vs mta.\n"

@@ -1,5 +1,7 @@
 #include "cqk/sweep_results.h"
 
+#include "cqk/atomic_file.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -220,6 +222,33 @@ RunResult read_run_result(const fs::path& run_dir) {
   return r;
 }
 
+fs::path divergence_path(const fs::path& run_dir) { return run_dir / "diverged.json"; }
+
+void write_divergence(const fs::path& run_dir, const Divergence& d) {
+  const json j = {{"name", d.name},
+                  {"seed", d.seed},
+                  {"step", d.step},
+                  {"loss", d.loss},
+                  {"first_non_finite", d.first_non_finite}};
+  write_file_atomically(divergence_path(run_dir).string(), j.dump(2) + "\n");
+}
+
+std::optional<Divergence> read_divergence(const fs::path& run_dir) {
+  const fs::path file = divergence_path(run_dir);
+  if (!fs::exists(file)) return std::nullopt;
+  const json j = read_json(file);
+  try {
+    if (!j.is_object()) throw std::runtime_error(std::string("expected a JSON object, not ") + j.type_name());
+    return Divergence{field<std::string>(j, "name", &json::is_string, "a string"),
+                      field<long long>(j, "seed", &json::is_number_integer, "an integer"),
+                      field<long long>(j, "step", &json::is_number_integer, "an integer"),
+                      field<std::string>(j, "loss", &json::is_string, "a string"),
+                      field<std::string>(j, "first_non_finite", &json::is_string, "a string")};
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file.string() + ": " + e.what());
+  }
+}
+
 fs::path saved_evaluations_folder(const fs::path& run_dir) { return run_dir / "evals"; }
 
 fs::path saved_evaluation_path(const fs::path& run_dir, const std::string& name) {
@@ -247,7 +276,7 @@ SweepRuns find_runs(const std::vector<fs::path>& roots) {
     if (fs::is_regular_file(dir / "results.json")) {
       runs.finished.push_back(read_run_result(dir));
     } else {
-      runs.unfinished.push_back(dir);
+      runs.unfinished.push_back({dir, read_divergence(dir)});
     }
   }
   std::sort(runs.finished.begin(), runs.finished.end(), [](const RunResult& a, const RunResult& b) {

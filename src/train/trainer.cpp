@@ -241,7 +241,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     if (fs::exists(saved) && fs::remove_all(saved, error) > 0 && !error)
       log::info("removed " + saved.string() + ": the saved evaluations of an earlier run in this folder");
   }
-  if (dist.is_main()) remove_stale_temporaries(run_dir);
+  if (dist.is_main()) {
+    remove_stale_temporaries(run_dir);
+    fs::remove(sweep::divergence_path(run_dir));  // this start is a new attempt
+  }
 
   // Measured before a resume restores the RNG state: the measurement draws random matrices.
   const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
@@ -313,10 +316,15 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     state.data_position = source->train_position();
     if (!std::isfinite(loss_value)) {
       progress.finish();
-      if (dist.is_main())
-        log::error("loss became " + std::to_string(loss_value) + " at step " + std::to_string(state.step + 1) +
-                   "; first non-finite: " + first_non_finite(model) +
+      if (dist.is_main()) {
+        const sweep::Divergence divergence{config.run.name, config.run.seed, state.step + 1,
+                                           std::isnan(loss_value) ? "nan" : loss_value > 0 ? "inf" : "-inf",
+                                           first_non_finite(model)};
+        log::error("loss became " + divergence.loss + " at step " + std::to_string(divergence.step) +
+                   "; first non-finite: " + divergence.first_non_finite +
                    ". The last good checkpoint is kept; lower train.lr or enable train.grad_clip.");
+        sweep::write_divergence(run_dir, divergence);
+      }
       summary.outcome = TrainOutcome::Diverged;
       summary.step = state.step;
       return summary;
