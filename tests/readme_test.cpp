@@ -21,15 +21,17 @@ using cqk::testing::TempDir;
 using cqk::testing::write_file;
 
 // A tiny run of the default config (its recall vocabulary, the data the
-// README's ids refer to) in the default run folder, runs/default-seed1 under `dir`.
-void train_default_run(const TempDir& dir) {
+// README's ids refer to) in the default run folder, runs/default-seed1 under
+// `dir`; `paused`: after its first of two steps, for `--resume` to finish.
+void train_default_run(const TempDir& dir, bool paused = false) {
   const auto train = run_command(
       "cd " + shell_quote(dir.path()) + " && " + std::string(CQK_TOOL) +
       " --threads 1 train --set model.width=32 --set model.layers=1 --set data.seq_len=16 --set data.batch_size=4"
       " --set data.recall.train_examples=100 --set data.recall.eval_examples=16 --set train.steps=2"
-      " --set train.eval_every=100 --set train.device=cpu");
+      " --set train.eval_every=100 --set train.device=cpu" + (paused ? " --max-steps 1" : ""));
   ASSERT_EQ(train.exit_code, 0) << train.out;
-  ASSERT_FALSE(read_file(dir / "runs/default-seed1/model.pt").empty()) << train.out;
+  const char* made = paused ? "runs/default-seed1/checkpoints/step-000000001.ckpt" : "runs/default-seed1/model.pt";
+  ASSERT_FALSE(read_file(dir / made).empty()) << train.out;
 }
 
 TEST(Readme, PythonBlockReadsATrainedModelAsPrinted) {
@@ -47,12 +49,13 @@ TEST(Readme, PythonBlockReadsATrainedModelAsPrinted) {
 }
 
 // Every `build/cqk` line of "Using cqk" that works on runs/default-seed1 (eval,
-// generate, inspect, resume) runs as printed on a run of the default config.
+// generate, inspect, resume) runs as printed, in order, on a run of the default
+// config paused for the resume line to finish.
 TEST(Readme, CommandsOnTheDefaultRunWorkAsPrinted) {
   const std::string block = readme_block("## Using cqk", "sh");
   ASSERT_FALSE(block.empty()) << "README.md has no ```sh block under '## Using cqk'";
   TempDir dir("cqk-readme");
-  ASSERT_NO_FATAL_FAILURE(train_default_run(dir));
+  ASSERT_NO_FATAL_FAILURE(train_default_run(dir, /*paused=*/true));
   const std::string tool = "build/cqk ", run = "runs/default-seed1";
   int commands = 0;
   std::istringstream lines(block);

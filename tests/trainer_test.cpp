@@ -7,6 +7,7 @@
 #include <torch/serialize/input-archive.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "cqk/checkpoint.h"
@@ -23,6 +25,7 @@
 #include "cqk/evaluation_report.h"
 #include "cqk/train_step.h"
 #include "cqk/trainer.h"
+#include "train/run_lock.h"
 #include "saved_model.h"
 #include "temp_dir.h"
 #include "test_io.h"
@@ -47,15 +50,15 @@ cqk::TrainOptions in_dir(const TempDir& dir, int64_t max_steps = 0, bool resume 
   return options;
 }
 
-// The message of the std::runtime_error that `fn` throws ("" and a failure if none).
-template <typename Fn>
-std::string runtime_error_of(Fn&& fn) {
+// The message of the `Error` that `fn` throws ("" and a failure if none).
+template <typename Error = std::runtime_error, typename Fn>
+std::string message_of(Fn&& fn) {
   try {
     fn();
-  } catch (const std::runtime_error& e) {
+  } catch (const Error& e) {
     return e.what();
   }
-  ADD_FAILURE() << "no std::runtime_error thrown";
+  ADD_FAILURE() << "no " << typeid(Error).name() << " thrown";
   return "";
 }
 
@@ -273,23 +276,66 @@ TEST(Trainer, ProfileAndSnapshotStepsPastTheRunOrOnTheCpuAreRefused) {
   EXPECT_TRUE(folder_entries(dir.path()).empty());  // bad input leaves no run behind
 }
 
+// A profile range this invocation cannot record whole is refused, not left
+// without a trace: steps done before a resume, steps past --max-steps. The
+// error also goes to train.log once the run has one.
+TEST(Trainer, ProfileStepsThisInvocationCannotRecordAreRefused) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config({"train.steps=6"});
+  auto options = in_dir(dir, 2);
+  options.profile_steps = "2:3";
+  auto message = message_of<std::invalid_argument>([&] { cqk::train(config, options); });
+  EXPECT_EQ(message, "--profile-steps: step 3 is past this invocation's --max-steps (it ends after step 2)");
+  EXPECT_TRUE(folder_entries(dir.path()).empty());  // refused before the run directory is made
+
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 2)).outcome, cqk::TrainOutcome::Paused);
+  options = in_dir(dir, 0, true);
+  options.profile_steps = "2:3";
+  message = message_of<std::invalid_argument>([&] { cqk::train(config, options); });
+  EXPECT_EQ(message, "--profile-steps: step 2 is done already (the run resumes after step 2)");
+  EXPECT_NE(read_file(dir / "train.log").find("error] " + message), std::string::npos) << read_file(dir / "train.log");
+}
+
+// One training process per run directory: a second one stops before writing.
+TEST(Trainer, ASecondProcessCannotTrainInAFolderInUse) {
+  TempDir dir("cqk-train");
+  {
+    const cqk::RunLock other_process(dir.path());  // flock: another open file description conflicts, in one process too
+    const auto message = message_of([&] { cqk::train(tiny_run_config(), in_dir(dir)); });
+    EXPECT_EQ(message, dir.path() + ": another cqk process is training this run; wait for it, or choose another run.dir");
+    EXPECT_FALSE(std::filesystem::exists(dir / "config.yaml"));
+  }
+  EXPECT_EQ(cqk::train(tiny_run_config({"train.steps=2"}), in_dir(dir)).outcome, cqk::TrainOutcome::Finished);
+}
+
+// A finished run has nothing to resume: a resume would evaluate it again and log its final line twice.
+TEST(Trainer, ResumingAFinishedRunIsRefused) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config({"train.steps=2"});
+  ASSERT_EQ(cqk::train(config, in_dir(dir)).outcome, cqk::TrainOutcome::Finished);
+  const auto metrics = read_file(dir / "metrics.jsonl");
+  const auto message = message_of([&] { cqk::train(config, in_dir(dir, 0, true)); });
+  EXPECT_EQ(message, dir.path() + ": the run has finished (results.json); nothing to resume");
+  EXPECT_EQ(read_file(dir / "metrics.jsonl"), metrics);
+}
+
 TEST(Trainer, RefusesToStartOverAnExistingRunAndToResumeWithoutCheckpoints) {
   TempDir dir("cqk-train");
   const auto config = tiny_run_config();
   ASSERT_EQ(cqk::train(config, in_dir(dir, 3)).outcome, cqk::TrainOutcome::Paused);
   const auto config_before = read_file(dir / "config.yaml");
-  auto message = runtime_error_of([&] { cqk::train(config, in_dir(dir)); });
+  auto message = message_of([&] { cqk::train(config, in_dir(dir)); });
   EXPECT_NE(message.find("--resume"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.path()), std::string::npos) << message;
   EXPECT_EQ(read_file(dir / "config.yaml"), config_before);
   EXPECT_EQ(cqk::list_checkpoints(dir.path()).back(), cqk::checkpoint_path(dir.path(), 3));
 
   TempDir empty("cqk-train-empty");
-  message = runtime_error_of([&] { cqk::train(config, in_dir(empty, 0, true)); });
+  message = message_of([&] { cqk::train(config, in_dir(empty, 0, true)); });
   EXPECT_NE(message.find("no checkpoint"), std::string::npos) << message;
   EXPECT_NE(message.find(empty.path()), std::string::npos) << message;
 
-  message = runtime_error_of([&] { cqk::load_run_config(empty / "nothing-here"); });
+  message = message_of([&] { cqk::load_run_config(empty / "nothing-here"); });
   EXPECT_NE(message.find("config.yaml"), std::string::npos) << message;
 }
 

@@ -34,6 +34,7 @@ void add_train_command(CLI::App& app) {
                     "CUDA: write the allocator's snapshot after this step to RUN/profile/ (pytorch.org/memory_viz)")
       ->check(positive_number());
   resume->excludes("config");
+  resume->excludes("--run-dir");  // both name the run's folder
   train->callback([args, resume] {
     args->options.resume = resume->count() > 0;
     Config config;

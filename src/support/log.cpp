@@ -33,6 +33,15 @@ void add_file(const std::string& path) {
   logger()->sinks().push_back(file);
 }
 
+void error_in_files(const std::string& message) {
+  const auto& sinks = logger()->sinks();
+  const spdlog::details::log_msg entry(logger()->name(), spdlog::level::err, message);
+  for (std::size_t i = 1; i < sinks.size(); ++i) {  // sinks[0] is the console
+    sinks[i]->log(entry);
+    sinks[i]->flush();
+  }
+}
+
 void remove_files() {
   auto& sinks = logger()->sinks();
   sinks.resize(1);  // the console sink stays

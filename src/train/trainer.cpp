@@ -30,6 +30,7 @@
 #include "train/distributed_test_hooks.h"
 #include "train/memory_usage.h"
 #include "train/metrics_log.h"
+#include "train/run_lock.h"
 #include "train/run_setup.h"
 #include "train/step_profiler.h"
 
@@ -88,6 +89,18 @@ void remove_stale_temporaries(const std::string& run_dir) {
   }
   if (removed > 0)
     log::info("removed " + std::to_string(removed) + " temporary checkpoint file(s) of an interrupted write");
+}
+
+// A profile range this invocation, starting after `done` steps, records whole;
+// one it cannot would leave no trace, silently.
+void check_profile_range(const ProfileSteps& steps, int64_t done, int64_t max_steps) {
+  if (steps.first <= done)
+    throw std::invalid_argument("--profile-steps: step " + std::to_string(steps.first) +
+                                " is done already (the run resumes after step " + std::to_string(done) + ")");
+  if (max_steps > 0 && steps.last > done + max_steps)
+    throw std::invalid_argument("--profile-steps: step " + std::to_string(steps.last) +
+                                " is past this invocation's --max-steps (it ends after step " +
+                                std::to_string(done + max_steps) + ")");
 }
 
 // The name of the first parameter or gradient that is not finite, for the divergence message.
@@ -178,7 +191,9 @@ std::string run_config_hash(const std::string& run_dir, const Config& config) {
   return config_hash(load_run_config(run_dir)) == hash ? stored_config_hash(run_dir) : hash;
 }
 
-TrainSummary train(const Config& input_config, const TrainOptions& options) {
+namespace {
+
+TrainSummary run_training(const Config& input_config, const TrainOptions& options) {
   Config config = input_config;
   validate(config);
   const auto dist_env = distributed_environment();  // one process unless RANK/WORLD_SIZE (or srun) say otherwise
@@ -188,9 +203,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     throw std::runtime_error(run_dir + ": already holds checkpoints of a run; continue it with `cqk train --resume " +
                              run_dir + "` or choose another run.dir");
   // A finished run whose checkpoints are gone (deleted for space, keep_checkpoints) still holds its results.
-  if (!options.resume && fs::exists(fs::path(run_dir) / "results.json"))
-    throw std::runtime_error(run_dir + ": already holds a finished run (results.json); choose another run.dir, or "
-                             "remove the folder to train it again");
+  if (fs::exists(fs::path(run_dir) / "results.json"))
+    throw std::runtime_error(run_dir + (options.resume ? ": the run has finished (results.json); nothing to resume"
+                                                       : ": already holds a finished run (results.json); choose "
+                                                         "another run.dir, or remove the folder to train it again"));
 
   auto setup = set_up_run(config, dist_env.rank, dist_env.world_size);
   config = std::move(setup.config);
@@ -206,8 +222,10 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
 
   const bool bf16 = use_bf16(config.train, device);
   std::optional<StepProfiler> profiler;
+  ProfileSteps profile_steps;
   if (!options.profile_steps.empty()) {
-    const auto steps = parse_profile_steps(options.profile_steps, "--profile-steps");
+    const auto steps = profile_steps = parse_profile_steps(options.profile_steps, "--profile-steps");
+    if (!options.resume) check_profile_range(steps, 0, options.max_steps);  // before the run directory is made
     if (steps.last > config.train.steps)
       throw std::invalid_argument("--profile-steps: step " + std::to_string(steps.last) + " is past train.steps (" +
                                   std::to_string(config.train.steps) + ")");
@@ -229,10 +247,14 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   // The run directory is made only once the config, the data and the model are
   // known to work, so that bad input never leaves a half-made run behind.
   fs::create_directories(fs::path(run_dir) / "checkpoints");
+  std::optional<RunLock> lock;
+  if (dist.is_main()) {
+    lock.emplace(run_dir);
+    // Checked again under the lock: another process may have finished a run here since the checks above.
+    if (!options.resume && (!list_checkpoints(run_dir).empty() || fs::exists(fs::path(run_dir) / "results.json")))
+      throw std::runtime_error(run_dir + ": another process trained a run here meanwhile; choose another run.dir");
+  }
   if (dist_env.rank == 0) log::add_file((fs::path(run_dir) / "train.log").string());
-  struct LogFileScope {
-    ~LogFileScope() { log::remove_files(); }
-  } log_file_scope;
   if (!options.resume && dist.is_main()) {
     write_file_atomically(config_path, to_yaml(config));
     // Evaluations saved for an earlier run in this folder (cqk eval --save) are not this run's.
@@ -261,6 +283,7 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     info("resumed from " + checkpoint + " at step " + std::to_string(state.step));
     source->seek_train(state.data_position);
   }
+  if (profiler) check_profile_range(profile_steps, state.step, options.max_steps);
   dist.broadcast_parameters(*model);
   dist.attach_gradient_sync(model->parameters());
 
@@ -357,11 +380,19 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
       window_tokens = 0;
       window_steps = 0;
     }
+    // Until the first logged window, the rate of the steps so far.
+    const double shown_rate = tokens_per_second > 0 ? tokens_per_second
+                                                    : window_tokens / std::max(window_seconds, 1e-9);
     char detail[160];
-    std::snprintf(detail, sizeof detail, "loss %.4f | lr %.2e | %.0f tok/s", loss_value, lr, tokens_per_second);
+    std::snprintf(detail, sizeof detail, "loss %.4f | lr %.2e | %.0f tok/s", loss_value, lr, shown_rate);
     if (dist.is_main()) progress.update(state.step, detail);
 
-    if (config.train.eval_every > 0 && state.step % config.train.eval_every == 0 && state.step < config.train.steps) {
+    // Evaluation and checkpoint time stays out of the next window's tokens/s, step time and MFU.
+    const auto pause_start = Clock::now();
+    const bool stopping = dist.enabled() ? agreed[1] > 0 : signals.pending() != 0;
+    // A stop skips the evaluation: the checkpoint comes first within a scheduler's grace period.
+    if (!stopping && config.train.eval_every > 0 && state.step % config.train.eval_every == 0 &&
+        state.step < config.train.steps) {
       const auto valid =
           evaluate_split(dist, model, *source, Split::Valid, config.train.eval_batches, device, tables);
       const auto coupling = dist.is_main() ? coupling_batch() : std::vector<CouplingDiagnostics>{};
@@ -372,8 +403,8 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
     }
     const bool periodic = config.train.checkpoint_every > 0 && state.step % config.train.checkpoint_every == 0;
     const bool paused = options.max_steps > 0 && state.step - first_step >= options.max_steps;
-    const bool stopping = dist.enabled() ? agreed[1] > 0 : signals.pending() != 0;
     if (periodic || paused || stopping) save();
+    window_start += Clock::now() - pause_start;
     if (stopping || (paused && state.step < config.train.steps)) {
       progress.finish();
       summary.outcome = stopping ? TrainOutcome::Interrupted : TrainOutcome::Paused;
@@ -409,12 +440,29 @@ TrainSummary train(const Config& input_config, const TrainOptions& options) {
   auto final_line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
   final_line.update(flat_evaluation_json("valid_", summary.valid));
   final_line.update(flat_evaluation_json("test_", summary.test));
-  metrics->append(final_line);
+  // results.json first: a run that fails before it is resumed, and must not have logged its final line yet.
   write_results(run_dir, config, state, breakdown, summary, coupling, hash);
+  metrics->append(final_line);
   log::info("finished: valid " + describe(summary.valid));
   log::info("finished: test " + describe(summary.test));
   if (!coupling.empty()) log::info("finished: " + describe(coupling));
   return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& config, const TrainOptions& options) {
+  // run_training adds RUN/train.log once the run directory exists; an error
+  // from then on is kept there too (the caller reports it on stderr).
+  struct LogFileScope {
+    ~LogFileScope() { log::remove_files(); }
+  } log_file_scope;
+  try {
+    return run_training(config, options);
+  } catch (const std::exception& e) {
+    log::error_in_files(e.what());
+    throw;
+  }
 }
 
 }  // namespace cqk
