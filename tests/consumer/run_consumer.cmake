@@ -13,6 +13,16 @@ endfunction()
 file(REMOVE_RECURSE ${prefix})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 run(env -i ${prefix}/bin/cqk --version)
+# The exported targets must hold no path of this machine's Python environment:
+# a prefix moved to another machine, or a rebuilt environment, must still link.
+file(GLOB exported ${prefix}/lib/cmake/cqk/cqkTargets*.cmake)
+foreach(file ${exported})
+  file(READ ${file} text)
+  string(REGEX MATCH "[^\"; ]*(site-packages|libcudart\\.so)[^\"; ]*" machine_path "${text}")
+  if(machine_path)
+    message(FATAL_ERROR "${file} names a path of the machine that built cqk: ${machine_path}")
+  endif()
+endforeach()
 
 # README.md's C++ block, as printed, in a main() that gives it its `x`.
 file(READ ${README} readme)
