@@ -182,6 +182,14 @@ TEST(Attention, BadOptionsGiveClearErrors) {
   EXPECT_THROW(Attention(AttentionOptions(24, 3).kind(AttentionKind::Differential)), std::invalid_argument);
   Attention attention(small(AttentionKind::Vanilla));
   EXPECT_THROW(attention->forward(at::randn({2, 5, 16})), std::invalid_argument);
+  try {
+    auto nan_clamp = AttentionOptions(32, 4);
+    nan_clamp.coupling().clamp(std::nan(""));
+    Attention{nan_clamp};
+    ADD_FAILURE() << "a NaN clamp was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "attention: model.attention.coupling.clamp: must be positive and finite, got nan");
+  }
 }
 
 }  // namespace

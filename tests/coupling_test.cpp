@@ -150,6 +150,26 @@ TEST(Coupling, WrongShapesGiveAClearError) {
   }
 }
 
+// Each bad option is named with its value; a NaN clamp (every comparison
+// false) would otherwise pass and make every output NaN.
+TEST(Coupling, BadOptionsNameTheOptionAndItsValue) {
+  const auto message = [](const CouplingOptions& o) {
+    try {
+      QKCoupling coupling(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(options(CouplingKind::Affine).hidden(0)), "coupling: hidden must be positive, got 0");
+  EXPECT_EQ(message(options(CouplingKind::Affine).steps(-1)), "coupling: steps must be positive, got -1");
+  EXPECT_EQ(message(options(CouplingKind::Affine).clamp(std::nan(""))),
+            "coupling: clamp must be positive and finite, got nan");
+  EXPECT_EQ(message(options(CouplingKind::Affine).clamp(INFINITY)),
+            "coupling: clamp must be positive and finite, got inf");
+  EXPECT_EQ(message(CouplingOptions(CouplingKind::Affine, 0, 8)), "coupling: num_heads must be positive, got 0");
+}
+
 TEST(Coupling, Bfloat16InputsAreCoupledInFloat32) {
   at::manual_seed(4);
   QKCoupling coupling(options(CouplingKind::Affine));

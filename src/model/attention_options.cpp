@@ -40,8 +40,10 @@ std::optional<ShapeProblem> attention_shape_problem(const AttentionOptions& opti
   if (options.kind() == AttentionKind::MultiToken && (mta.head_group() < 1 || heads % mta.head_group() != 0))
     return problem("model.attention.mta.head_group",
                    "must divide model.heads (" + n(heads) + "), got " + n(mta.head_group()));
-  if (coupling.hidden() < 1 || coupling.steps() < 1 || coupling.clamp() <= 0)
-    return problem("model.attention.coupling", "hidden, steps and clamp must be positive");
+  if (coupling.hidden() < 1) return problem("model.attention.coupling.hidden", "must be positive, got " + n(coupling.hidden()));
+  if (coupling.steps() < 1) return problem("model.attention.coupling.steps", "must be positive, got " + n(coupling.steps()));
+  if (!(coupling.clamp() > 0) || !std::isfinite(coupling.clamp()))  // NaN fails every comparison
+    return problem("model.attention.coupling.clamp", "must be positive and finite, got " + std::to_string(coupling.clamp()));
   return std::nullopt;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "ops/qk_path.h"
 
@@ -69,8 +71,11 @@ int64_t coupling_parameter_count(const CouplingOptions& o) {
 
 QKCouplingImpl::QKCouplingImpl(const CouplingOptions& options) : options_(options) {
   const int64_t d = options.head_dim(), g = groups(options), r = coupling_hidden_width(options);
-  if (options.num_heads() < 1 || d < 1 || options.hidden() < 1 || options.steps() < 1 || options.clamp() <= 0)
-    throw std::invalid_argument("coupling: num_heads, head_dim, hidden, steps and clamp must be positive");
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"num_heads", options.num_heads()},
+                                    {"head_dim", d}, {"hidden", options.hidden()}, {"steps", options.steps()}})
+    if (value < 1) throw std::invalid_argument(std::string("coupling: ") + name + " must be positive, got " + std::to_string(value));
+  if (!(options.clamp() > 0) || !std::isfinite(options.clamp()))  // NaN fails every comparison
+    throw std::invalid_argument("coupling: clamp must be positive and finite, got " + std::to_string(options.clamp()));
   // Output layers start at zero, so every kind but Dynamics-with-dt starts as the identity.
   auto add = [&](int64_t in, int64_t out) {
     conditioners_.push_back(
