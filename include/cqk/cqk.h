@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header: the whole public API of the cqk library.
+// Umbrella header: the core of the cqk library (model, training, data, export);
+// the rest of include/cqk/ (statistics, sweeps, logging, ...) is included by name.
 #include "cqk/attention.h"
 #include "cqk/batch_source.h"
 #include "cqk/build_info.h"
