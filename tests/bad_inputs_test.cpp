@@ -164,38 +164,45 @@ void make_tokens(const std::string& tmp, const std::string& variant) {
 const char* const kTinyRun =
     "--threads 1 train --set model.width=32 --set model.layers=1 --set model.heads=4 --set data.seq_len=16"
     " --set data.batch_size=4 --set data.recall.pairs=2 --set data.recall.vocab_size=32"
-    " --set data.recall.train_examples=100 --set data.recall.eval_examples=16 --set train.steps=2"
+    " --set data.recall.train_examples=100 --set data.recall.eval_examples=16 --set train.steps=3"
     " --set train.checkpoint_every=1 --set train.keep_checkpoints=5 --set train.eval_every=100"
-    " --set train.device=cpu";
+    " --set train.device=cpu --max-steps 2";  // paused: a resume has a step to take
 
 void train_tiny(const std::string& run_dir, const std::string& extra, const std::string& scratch) {
   const auto r = run_tool(std::string(kTinyRun) + " --set run.dir=" + run_dir + " " + extra, scratch, scratch);
   if (r.exit_code != 0) throw std::runtime_error("fixture training failed: " + r.err);
 }
 
-// {tmp}/trained: a tiny finished run with checkpoints at steps 1 and 2, then changed as `variant` says.
+// {tmp}/trained: a tiny run paused with checkpoints at steps 1 and 2 of 3, then
+// changed as `variant` says; "finished-CHANGE": resumed to its end first.
 void make_trained(const std::string& tmp, const std::string& variant, const std::string& scratch) {
   const std::string run = tmp + "/trained";
   train_tiny(run, "", scratch);
   const std::string checkpoints = run + "/checkpoints";
-  if (variant.empty()) return;
-  if (variant == "corrupt") {
+  std::string change = variant;
+  if (change.rfind("finished", 0) == 0) {
+    const auto r = run_tool("--threads 1 train --resume " + run, scratch, scratch);
+    if (r.exit_code != 0) throw std::runtime_error("fixture resume failed: " + r.err);
+    change = change.substr(std::min(change.size(), std::string("finished-").size()));
+  }
+  if (change.empty()) return;
+  if (change == "corrupt") {
     for (const auto& name : folder_entries(checkpoints)) {
       const std::string path = checkpoints + "/" + name;
       std::string bytes = read_file(path);
       bytes[bytes.size() / 2] ^= 0x20;
       write_file(path, bytes);
     }
-  } else if (variant == "no-checkpoints") {
+  } else if (change == "no-checkpoints") {
     for (const auto& name : folder_entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
-  } else if (variant == "other-config") {
+  } else if (change == "other-config") {
     // The checkpoints of another run (another width) put in this run's place.
     const std::string other = scratch + "/other";
     train_tiny(other, "--set model.width=64", scratch);
     for (const auto& name : folder_entries(checkpoints)) ::unlink((checkpoints + "/" + name).c_str());
     for (const auto& name : folder_entries(other + "/checkpoints"))
       write_file(checkpoints + "/" + name, read_file(other + "/checkpoints/" + name));
-  } else if (variant == "bad-config") {
+  } else if (change == "bad-config") {
     const std::string path = run + "/config.yaml";
     std::string text = read_file(path);
     const size_t at = text.find("  width:");

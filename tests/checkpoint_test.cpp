@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -192,9 +193,19 @@ TEST(Checkpoint, DamagedFilesThrowNamingTheFile) {
   EXPECT_NE(message.find(magic), std::string::npos) << message;
   EXPECT_NE(message.find("magic"), std::string::npos) << message;
 
+  // A file cut inside its header (a magic that matches, then nothing).
+  const auto header_cut = dir / "header-cut.ckpt";
+  write_file(header_cut, bytes.substr(0, 10));
+  message = load_error(header_cut);
+  EXPECT_NE(message.find("truncated checkpoint: 10 bytes, shorter than its " + std::to_string(kHeaderSize) +
+                         "-byte header"),
+            std::string::npos)
+      << message;
+
   message = load_error(good, "fedcba9876543210");
   EXPECT_NE(message.find(good), std::string::npos) << message;
   EXPECT_NE(message.find("different config"), std::string::npos) << message;
+  EXPECT_NE(message.find("config.yaml was edited"), std::string::npos) << message;
 
   const auto missing = dir / "missing.ckpt";
   message = load_error(missing);
@@ -277,7 +288,9 @@ TEST(Checkpoint, ResumeFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {
   // Resumed from step 4, the run still ends bitwise where the uninterrupted one did.
   expect_same_weights(reference_dir / "model.pt", dir / "model.pt", "resumed from the previous checkpoint");
 
-  // With every checkpoint corrupt, resume fails with the oldest file's error.
+  // With every checkpoint corrupt, resume fails with the oldest file's error
+  // (of a run not finished yet: a finished one has nothing to resume).
+  std::filesystem::remove(dir / "results.json");
   for (const auto& path : cqk::list_checkpoints(dir.path())) write_file(path, "garbage");
   try {
     cqk::train(config, options);

@@ -236,6 +236,18 @@ TEST(Trainer, AnUnusableTensorBoardFolderDoesNotStopTheRun) {
   EXPECT_FALSE(read_file(dir / "metrics.jsonl").empty());
 }
 
+// A metrics.jsonl that cannot be appended to costs its lines, with one warning, and nothing else.
+TEST(Trainer, AMetricsFileThatCannotBeWrittenIsReportedOnce) {
+  TempDir dir("cqk-train");
+  std::filesystem::create_directories(dir / "metrics.jsonl");  // a folder where the file would go
+  ASSERT_EQ(cqk::train(tiny_run_config({"train.steps=4", "train.log_every=1"}), in_dir(dir)).outcome,
+            cqk::TrainOutcome::Finished);
+  const auto log = read_file(dir / "train.log");
+  const std::string warning = "metrics.jsonl: cannot append (disk full?)";
+  ASSERT_NE(log.find(warning), std::string::npos) << log;
+  EXPECT_EQ(log.find(warning, log.find(warning) + 1), std::string::npos) << "warned more than once:\n" << log;
+}
+
 // --profile-steps: a Chrome trace (trace-event JSON) holding each of cqk's
 // ranges, and the table in the run's log.
 TEST(Trainer, ProfileStepsWriteATraceWithCqkRanges) {

@@ -96,8 +96,11 @@ TrainingState load_checkpoint_into(const std::string& path, torch::nn::Module& m
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open checkpoint");
   const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (file.size() < kHeaderSize || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
+  if (file.size() < sizeof(kMagic) || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
     fail(path, "not a cqk checkpoint (bad magic at offset 0)");
+  if (file.size() < kHeaderSize)
+    fail(path, "truncated checkpoint: " + std::to_string(file.size()) + " bytes, shorter than its " +
+                   std::to_string(kHeaderSize) + "-byte header");
   uint64_t size = 0, checksum = 0;
   std::memcpy(&size, file.data() + sizeof(kMagic), sizeof(size));
   std::memcpy(&checksum, file.data() + sizeof(kMagic) + sizeof(size), sizeof(checksum));
@@ -118,7 +121,7 @@ TrainingState load_checkpoint_into(const std::string& path, torch::nn::Module& m
   if (archive.try_read("data_fingerprint", value)) state.data_fingerprint = value.toStringRef();
   if (!expected_config_hash.empty() && state.config_hash != expected_config_hash)
     fail(path, "checkpoint was written by a different config (hash " + state.config_hash + ", expected " +
-                   expected_config_hash + ")");
+                   expected_config_hash + "): the run's config.yaml was edited, or the checkpoint is another run's");
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);
   check_fits(model, model_archive, "", path);

@@ -43,7 +43,11 @@ MetricsLog::MetricsLog(const std::string& run_dir, bool tensorboard, int64_t kep
 MetricsLog::~MetricsLog() = default;
 
 void MetricsLog::append(const nlohmann::json& line) {
-  std::ofstream(path_, std::ios::app) << line.dump() << '\n';
+  std::ofstream out(path_, std::ios::app);
+  out << line.dump() << '\n';
+  out.flush();
+  if (!out && !append_failing_) log::warn(path_ + ": cannot append (disk full?); metrics lines are lost until it can");
+  append_failing_ = !out;  // one warning a failing stretch
   if (tensorboard_) tensorboard_->write_metrics(line);
 }
 

@@ -24,6 +24,7 @@ class MetricsLog {
 
  private:
   std::string path_;
+  bool append_failing_ = false;
   std::unique_ptr<TensorBoardLog> tensorboard_;
 };
 
