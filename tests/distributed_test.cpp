@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cqk/checkpoint.h"
 #include "temp_dir.h"
 #include "test_io.h"
 
@@ -27,6 +29,7 @@ namespace {
 
 using cqk::testing::read_file;
 using cqk::testing::shell_quote;
+using cqk::testing::write_file;
 
 using cqk::testing::TempDir;
 
@@ -148,7 +151,7 @@ TEST(DistributedContext, OneProcessIsANoOp) {
   EXPECT_TRUE(dist.is_main());
   EXPECT_EQ(dist.backend(), "none");
   EXPECT_EQ(dist.all_reduce_sum({1.5, 2.0}), (std::vector<double>{1.5, 2.0}));
-  dist.check_config_hash("abc");
+  dist.check_same_run("abc");
   dist.barrier();
 }
 
@@ -248,22 +251,61 @@ TEST(DistributedTraining, ADeadRankMakesTheOthersFailWithinTheTimeout) {
   EXPECT_LT(result.seconds, timeout + 15) << result.output;
 }
 
-// Ranks started by hand (torchrun-style environment) with different configs.
-TEST(DistributedTraining, RanksWithDifferentConfigsRefuseToStart) {
+// A launcher killed outright (SIGKILL: no chance to stop its ranks) still ends
+// them: they get SIGTERM (PR_SET_PDEATHSIG) and leave a checkpoint, as on a
+// scheduler's stop, instead of training on without it.
+TEST(DistributedTraining, RanksStopWithACheckpointWhenTheLauncherIsKilled) {
   TempDir root("cqk-dist");
-  const std::string common = "env WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
-                             " CQK_DIST_TIMEOUT=15 CQK_NUM_THREADS=1 " + std::string(CQK_TOOL);
-  const std::string first = "env RANK=0 " + common + train_arguments(2, root / "a") + " --set train.lr=1.0e-3";
-  const std::string second = "env RANK=1 " + common + train_arguments(2, root / "b") + " --set train.lr=2.0e-3";
-  const auto result =
-      run("(" + first + " > " + shell_quote(root / "out0") + " 2>&1; echo $? > " + shell_quote(root / "rc0") + ") & " + second +
-          " > " + shell_quote(root / "out1") + " 2>&1; echo $? > " + shell_quote(root / "rc1") + "; wait");
-  const auto out0 = read_file(root / "out0"), out1 = read_file(root / "out1");
-  std::printf("[ timing ] config mismatch %.1f s\n", result.seconds);
-  EXPECT_NE(std::stoi(read_file(root / "rc0")), 0) << out0;
-  EXPECT_NE(std::stoi(read_file(root / "rc1")), 0) << out1;
-  EXPECT_NE(out0.find("the ranks disagree on the config: rank 1 has config hash"), std::string::npos) << out0;
-  EXPECT_NE(out1.find("the ranks disagree on the config: rank 1 has config hash"), std::string::npos) << out1;
+  const std::string run_dir = root / "run";
+  const std::string script =
+      std::string(CQK_TOOL) + " launch --nproc 2 --timeout 20 --" + train_arguments(100000, run_dir) +
+      " > " + shell_quote(root / "out") + " 2>&1 & launcher=$!\n"
+      // Kill it once the ranks train (rank 0 has logged a step).
+      "for i in $(seq 600); do grep -q '\"step\":2[,}]' " + shell_quote(run_dir + "/metrics.jsonl") +
+      " 2>/dev/null && break; sleep 0.1; done\n"
+      "grep -q '\"step\":2[,}]' " + shell_quote(run_dir + "/metrics.jsonl") +
+      " || { echo 'rank 0 never logged step 2'; exit 1; }\n"
+      "kill -KILL $launcher\n"
+      // Wait until no process has the run folder on its command line (the pattern comes from a
+      // file, so that grep's own command line does not match).
+      "printf '%s' " + shell_quote(run_dir) + " > " + shell_quote(root / "pattern") + "\n"
+      "for i in $(seq 600); do grep -qsF -f " + shell_quote(root / "pattern") +
+      " /proc/[0-9]*/cmdline || exit 0; sleep 0.1; done\n"
+      "echo 'ranks still running 60 s after the launcher died'; exit 1\n";
+  write_file(root / "kill.sh", script);
+  const auto result = run("bash " + shell_quote(root / "kill.sh"));
+  std::printf("[ timing ] launcher killed, ranks gone after %.1f s\n", result.seconds);
+  ASSERT_EQ(result.exit_code, 0) << result.output << read_file(root / "out");
+  EXPECT_FALSE(cqk::list_checkpoints(run_dir).empty()) << read_file(root / "out");
+  EXPECT_NE(read_file(run_dir + "/train.log").find("interrupted at step"), std::string::npos)
+      << read_file(run_dir + "/train.log");
+}
+
+// Ranks started by hand (torchrun-style environment) with different configs,
+// or with different options for the same config (--max-steps).
+TEST(DistributedTraining, RanksOfDifferentRunsRefuseToStart) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases{
+      {"--set train.lr=1.0e-3", "--set train.lr=2.0e-3", "rank 1 has config "},
+      {"--max-steps 1", "--max-steps 2", "max-steps 2; profile-steps none, rank 0 has "}};
+  for (const auto& [rank0_extra, rank1_extra, expected] : cases) {
+    SCOPED_TRACE(rank1_extra);
+    TempDir root("cqk-dist");
+    const std::string common = "env WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                               " CQK_DIST_TIMEOUT=15 CQK_NUM_THREADS=1 " + std::string(CQK_TOOL);
+    const std::string first = "env RANK=0 " + common + train_arguments(2, root / "a") + " " + rank0_extra;
+    const std::string second = "env RANK=1 " + common + train_arguments(2, root / "b") + " " + rank1_extra;
+    const auto result = run("(" + first + " > " + shell_quote(root / "out0") + " 2>&1; echo $? > " +
+                            shell_quote(root / "rc0") + ") & " + second + " > " + shell_quote(root / "out1") +
+                            " 2>&1; echo $? > " + shell_quote(root / "rc1") + "; wait");
+    const auto out0 = read_file(root / "out0"), out1 = read_file(root / "out1");
+    std::printf("[ timing ] run mismatch (%s) %.1f s\n", rank1_extra.c_str(), result.seconds);
+    EXPECT_NE(std::stoi(read_file(root / "rc0")), 0) << out0;
+    EXPECT_NE(std::stoi(read_file(root / "rc1")), 0) << out1;
+    for (const auto& out : {out0, out1}) {
+      EXPECT_NE(out.find("the ranks disagree on the run: rank 1 has config "), std::string::npos) << out;
+      EXPECT_NE(out.find(expected), std::string::npos) << out;
+    }
+  }
 }
 
 // A rank whose store never answers gives up after the timeout with a clear message.

@@ -76,8 +76,10 @@ class DistributedContext {
   std::string backend() const;  // none | gloo | nccl
   std::chrono::milliseconds timeout() const;
 
-  // Throws naming the first rank whose hash differs from rank 0's (on every rank).
-  void check_config_hash(const std::string& hash);
+  // `identity`: what every rank of one run must share (the trainer's: config
+  // hash, data fingerprint, the command's options). Throws naming the first
+  // rank whose identity differs from rank 0's (on every rank).
+  void check_same_run(const std::string& identity);
   // Parameters and buffers of `module` from rank 0 to all ranks.
   void broadcast_parameters(torch::nn::Module& module);
   // Element-wise sum over ranks (evaluation sums, the step's loss); unchanged with one process.

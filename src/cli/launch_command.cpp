@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,6 +142,10 @@ int checked_port(const LaunchArguments& args) {
   if (args.command.front() == "launch") throw std::invalid_argument("launch: the ranks cannot run `cqk launch` again");
   if (args.node_rank >= args.nnodes)
     throw std::invalid_argument("launch: --node-rank must be below --nnodes (" + std::to_string(args.nnodes) + ")");
+  // The other nodes would wait for a store on their own loopback until the timeout.
+  if (args.nnodes > 1 && (args.master_addr == "127.0.0.1" || args.master_addr == "localhost"))
+    throw std::invalid_argument("launch: --master-addr must be node 0's address, reachable from every node, with "
+                                "--nnodes > 1 (got " + args.master_addr + ")");
   if (args.master_port != 0) return args.master_port;
   if (args.nnodes > 1) throw std::invalid_argument("launch: --master-port is required with --nnodes > 1");
   return free_port();
@@ -216,10 +221,15 @@ Rank start_rank(const LaunchArguments& args, int local, const std::map<std::stri
   if (prefixed && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
     throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
   std::fflush(nullptr);
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
   if (pid == 0) {
     signals.restore();
+    // A launcher killed outright (SIGKILL, the OOM killer) stops its ranks as a scheduler would:
+    // SIGTERM, so they checkpoint. The second check covers a launcher that died before prctl.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) ::_exit(143);
     if (prefixed) {
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);

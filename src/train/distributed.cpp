@@ -407,21 +407,21 @@ int DistributedContext::world_size() const { return impl_->world; }
 std::string DistributedContext::backend() const { return impl_->backend_name; }
 std::chrono::milliseconds DistributedContext::timeout() const { return impl_->timeout; }
 
-void DistributedContext::check_config_hash(const std::string& hash) {
+void DistributedContext::check_same_run(const std::string& identity) {
   if (!enabled()) return;
   auto& s = *impl_;
   const auto bytes = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
   const auto text = [](const std::vector<uint8_t>& data) { return std::string(data.begin(), data.end()); };
-  const std::string verdict_key = "cqk/config_hash/verdict";
+  const std::string verdict_key = "cqk/run_identity/verdict";
   std::string verdict;
-  s.guarded("config check", [&] {
-    s.store->set("cqk/config_hash/" + std::to_string(s.rank), bytes(hash));
+  s.guarded("run check", [&] {
+    s.store->set("cqk/run_identity/" + std::to_string(s.rank), bytes(identity));
     if (s.rank == 0) {
       for (int r = 1; r < s.world && verdict.empty(); ++r) {
-        const auto other = text(s.store->get("cqk/config_hash/" + std::to_string(r)));
-        if (other != hash)
-          verdict = "rank " + std::to_string(r) + " has config hash " + other + ", rank 0 has " + hash +
-                    ": start every rank with the same config file, overrides and data";
+        const auto other = text(s.store->get("cqk/run_identity/" + std::to_string(r)));
+        if (other != identity)
+          verdict = "rank " + std::to_string(r) + " has " + other + ", rank 0 has " + identity +
+                    ": start every rank with the same config file, overrides, data and options";
       }
       s.store->set(verdict_key, bytes(verdict.empty() ? "ok" : verdict));
     } else {
@@ -429,7 +429,7 @@ void DistributedContext::check_config_hash(const std::string& hash) {
       if (verdict == "ok") verdict.clear();
     }
   });
-  if (!verdict.empty()) throw DistributedError("distributed: the ranks disagree on the config: " + verdict);
+  if (!verdict.empty()) throw DistributedError("distributed: the ranks disagree on the run: " + verdict);
 }
 
 void DistributedContext::broadcast_parameters(torch::nn::Module& module) {

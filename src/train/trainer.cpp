@@ -215,7 +215,11 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   const std::string hash = options.resume ? run_config_hash(run_dir, config) : config_hash(config);
   const auto device = rank_device(choose_device(config.train.device), dist_env);
   DistributedContext dist(dist_env, device);  // rendezvous and process group; a no-op for one process
-  dist.check_config_hash(hash);
+  // Ranks of one run share the config, the data and this command's options; a rank with another
+  // --max-steps, say, would otherwise wait in a collective until the timeout.
+  dist.check_same_run("config " + hash + "; data " + data_fingerprint(config.data) + "; resume " +
+                      (options.resume ? "yes" : "no") + "; max-steps " + std::to_string(options.max_steps) +
+                      "; profile-steps " + (options.profile_steps.empty() ? "none" : options.profile_steps));
   const auto info = [&](const std::string& message) {
     if (dist.is_main()) log::info(message);
   };
@@ -419,7 +423,10 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
     save();
   // The final evaluations read whole splits (minutes at scale). The last checkpoint is saved, so a signal
   // from here on may end the process at once: `--resume` then only evaluates.
-  if (!dist.enabled() && signals.pending()) {
+  // Every rank stops, or none: one alone would leave the others in the evaluation's collectives.
+  const bool stop = dist.enabled() ? dist.all_reduce_sum({signals.pending() ? 1.0 : 0.0})[0] > 0
+                                   : signals.pending() != 0;
+  if (stop) {
     summary.outcome = TrainOutcome::Interrupted;
     summary.step = state.step;
     info("interrupted before the final evaluation; checkpoint saved. Finish with: cqk train --resume " + run_dir);
