@@ -236,6 +236,29 @@ TEST(Trainer, AnUnusableTensorBoardFolderDoesNotStopTheRun) {
   EXPECT_FALSE(read_file(dir / "metrics.jsonl").empty());
 }
 
+// MFU is measured against the matmul peak of the run's start, also after a
+// resume (a new measurement would make the curve jump): the peak each
+// metrics line implies, tokens/s x FLOPs per token / MFU, is one number.
+TEST(Trainer, AResumedRunKeepsItsMfuPeak) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config({"train.steps=6", "train.log_every=1"});
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 3)).outcome, cqk::TrainOutcome::Paused);
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 0, true)).outcome, cqk::TrainOutcome::Finished);
+  auto model_config = config.model;
+  model_config.vocab_size = 32;  // tiny_run_config's recall vocabulary
+  const double flops_per_token = cqk::TransformerLM(model_config)->flops_per_token(config.data.seq_len);
+  std::vector<double> implied;
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("mfu")) implied.push_back(j["tokens_per_s"].get<double>() * flops_per_token / j["mfu"].get<double>());
+  }
+  ASSERT_EQ(implied.size(), 6u);
+  for (size_t i = 1; i < implied.size(); ++i) EXPECT_NEAR(implied[i] / implied[0], 1.0, 1e-9) << "step " << i + 1;
+  EXPECT_NE(read_file(dir / "train.log").find("MFU against the peak measured when the run started"),
+            std::string::npos);
+}
+
 // A metrics.jsonl that cannot be appended to costs its lines, with one warning, and nothing else.
 TEST(Trainer, AMetricsFileThatCannotBeWrittenIsReportedOnce) {
   TempDir dir("cqk-train");

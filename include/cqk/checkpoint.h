@@ -23,6 +23,10 @@ struct TrainingState {
   // The data it trains on (token_loader.h's data_fingerprint); empty for
   // generated data or a run started before it was recorded.
   std::string data_fingerprint;
+  // The matmul peak (FLOP/s) its MFU is measured against, measured when the
+  // run started; 0 for a run started before it was recorded. A resume keeps
+  // it, so the MFU curve does not jump with each new measurement.
+  double peak_flops = 0;
 };
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,

@@ -75,6 +75,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
   archive.write("config_hash", c10::IValue(state.config_hash));
   archive.write("initialisation", c10::IValue(state.initialisation));
   archive.write("data_fingerprint", c10::IValue(state.data_fingerprint));
+  archive.write("peak_flops", c10::IValue(state.peak_flops));
   archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
   std::ostringstream payload;
   archive.save_to(payload);
@@ -119,6 +120,7 @@ TrainingState load_checkpoint_into(const std::string& path, torch::nn::Module& m
   state.config_hash = value.toStringRef();
   if (archive.try_read("initialisation", value)) state.initialisation = value.toStringRef();
   if (archive.try_read("data_fingerprint", value)) state.data_fingerprint = value.toStringRef();
+  if (archive.try_read("peak_flops", value)) state.peak_flops = value.toDouble();
   if (!expected_config_hash.empty() && state.config_hash != expected_config_hash)
     fail(path, "checkpoint was written by a different config (hash " + state.config_hash + ", expected " +
                    expected_config_hash + "): the run's config.yaml was edited, or the checkpoint is another run's");

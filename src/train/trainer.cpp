@@ -273,7 +273,7 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   }
 
   // Measured before a resume restores the RNG state: the measurement draws random matrices.
-  const double peak_flops = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
+  const double measured_peak = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
 
   TrainingState state;
   state.config_hash = hash;
@@ -285,9 +285,14 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
     check_data_fingerprint(state.data_fingerprint, config.data);
     state.data_fingerprint = data_fingerprint(config.data);  // a run from before it was recorded records it now
     info("resumed from " + checkpoint + " at step " + std::to_string(state.step));
+    if (state.peak_flops > 0)
+      info("MFU against the peak measured when the run started, " + std::to_string(state.peak_flops / 1e9) +
+           " GFLOP/s (measured now: " + std::to_string(measured_peak / 1e9) + ")");
     source->seek_train(state.data_position);
   }
   if (profiler) check_profile_range(profile_steps, state.step, options.max_steps);
+  if (state.peak_flops <= 0) state.peak_flops = measured_peak;  // a new run, or one from before it was kept
+  const double peak_flops = state.peak_flops;
   dist.broadcast_parameters(*model);
   dist.attach_gradient_sync(model->parameters());
 
