@@ -166,6 +166,14 @@ TEST(Attention, MultiTokenConvolutionIsTheIdentityAtInit) {
   const auto past = at::ones({7, 7}, at::kBool).tril();
   EXPECT_TRUE(at::allclose(logits.masked_select(past), expected.masked_select(past), 1e-6, 1e-6));
   EXPECT_TRUE(at::isinf(logits.masked_select(~past)).all().item<bool>());
+  // Another kind has no convolution kernel to apply.
+  Attention vanilla(small(AttentionKind::Vanilla));
+  try {
+    vanilla->multi_token_logits(q, k);
+    ADD_FAILURE() << "multi_token_logits ran on vanilla attention";
+  } catch (const std::logic_error& e) {
+    EXPECT_EQ(std::string(e.what()), "multi_token_logits: the attention is vanilla, not mta");
+  }
 }
 
 TEST(Attention, GroupedQueryHeadsShareKeysAndValues) {

@@ -2,11 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cqk/coupling.h"
+#include "cqk/headwise_mlp.h"
 #include "cqk/model.h"
+#include "cqk/rms_norm.h"
 
 // The decoder: parameter accounting, shapes, causality of the whole LM and the
 // masked loss. The coupling at init giving the base's logits, with shared
@@ -133,6 +137,23 @@ TEST(Model, BadConfigsThrow) {
   config = tiny();
   config.layers = 0;
   EXPECT_THROW(cqk::TransformerLM{config}, std::invalid_argument);
+}
+
+// Modules built directly (the C++ API) name a bad size with its value, one
+// line, instead of a c10::Error with a backtrace from the first tensor made.
+TEST(Model, ModulesNameABadSize) {
+  const auto message = [](auto make) {
+    try {
+      make();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { cqk::RMSNorm(0, 1e-5); }), "rms_norm: dim must be positive, got 0");
+  EXPECT_EQ(message([] { cqk::RMSNorm(8, std::nan("")); }), "rms_norm: eps must be positive and finite, got nan");
+  EXPECT_EQ(message([] { cqk::MLP(16, -4, true); }), "mlp: hidden must be positive, got -4");
+  EXPECT_EQ(message([] { cqk::HeadwiseMLP(2, 8, 0, 8, true); }), "headwise_mlp: hidden must be positive, got 0");
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ class AttentionImpl : public torch::nn::Module {
 
   // The attention logits of the MultiToken mechanism after its convolution,
   // before softmax, with masked entries at -inf: [batch, heads, time, time].
+  // Throws std::logic_error for an attention of another kind.
   at::Tensor multi_token_logits(const at::Tensor& q, const at::Tensor& k) const;
 
   // q and k of x as the coupling sees them, [batch', coupling heads, time,

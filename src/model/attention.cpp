@@ -155,6 +155,8 @@ ops::Scoring AttentionImpl::scoring() const {
 }
 
 at::Tensor AttentionImpl::multi_token_logits(const at::Tensor& q, const at::Tensor& k) const {
+  if (options_.kind() != AttentionKind::MultiToken)  // only MTA has the convolution's kernel
+    throw std::logic_error("multi_token_logits: the attention is " + to_string(options_.kind()) + ", not mta");
   const int64_t time = q.size(2);
   const auto& mta = options_.mta();
   auto logits = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim_));

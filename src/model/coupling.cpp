@@ -3,8 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
+#include "model/positive_sizes.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
@@ -71,9 +71,10 @@ int64_t coupling_parameter_count(const CouplingOptions& o) {
 
 QKCouplingImpl::QKCouplingImpl(const CouplingOptions& options) : options_(options) {
   const int64_t d = options.head_dim(), g = groups(options), r = coupling_hidden_width(options);
-  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"num_heads", options.num_heads()},
-                                    {"head_dim", d}, {"hidden", options.hidden()}, {"steps", options.steps()}})
-    if (value < 1) throw std::invalid_argument(std::string("coupling: ") + name + " must be positive, got " + std::to_string(value));
+  check_positive_sizes("coupling", {{"num_heads", options.num_heads()},
+                                    {"head_dim", d},
+                                    {"hidden", options.hidden()},
+                                    {"steps", options.steps()}});
   if (!(options.clamp() > 0) || !std::isfinite(options.clamp()))  // NaN fails every comparison
     throw std::invalid_argument("coupling: clamp must be positive and finite, got " + std::to_string(options.clamp()));
   // Output layers start at zero, so every kind but Dynamics-with-dt starts as the identity.

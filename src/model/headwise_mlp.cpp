@@ -2,9 +2,12 @@
 
 #include <cmath>
 
+#include "model/positive_sizes.h"
+
 namespace cqk {
 
 HeadwiseMLPImpl::HeadwiseMLPImpl(int64_t groups, int64_t in, int64_t hidden, int64_t out, bool zero_output) {
+  check_positive_sizes("headwise_mlp", {{"groups", groups}, {"in", in}, {"hidden", hidden}, {"out", out}});
   const double bound1 = default_init_bound(in);
   w1 = register_parameter("w1", at::empty({groups, hidden, in}).uniform_(-bound1, bound1));
   b1 = register_parameter("b1", at::zeros({groups, hidden}));

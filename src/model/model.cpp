@@ -3,6 +3,7 @@
 #include "cqk/linear_cross_entropy.h"
 #include "cqk/swiglu.h"
 #include "model/initialisation.h"
+#include "model/positive_sizes.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,6 +16,7 @@
 namespace cqk {
 
 MLPImpl::MLPImpl(int64_t width, int64_t hidden, bool swiglu) {
+  check_positive_sizes("mlp", {{"width", width}, {"hidden", hidden}});
   const auto linear = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
   up = register_module("up", torch::nn::Linear(linear(width, hidden)));
   if (swiglu) gate = register_module("gate", torch::nn::Linear(linear(width, hidden)));
