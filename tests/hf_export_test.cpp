@@ -263,7 +263,8 @@ TEST_F(HfExport, GenerateSamplesOnlyIdsTheTokenizerDecodes) {
 // another folder) is refused by every command that reads it, instead of
 // evaluating, sampling or exporting against the wrong token files.
 TEST_F(HfExport, CommandsRefuseARunWhoseTokenFolderHoldsOtherData) {
-  const std::string run = train("run", "--set train.steps=4 --set train.checkpoint_every=2");
+  // Paused after 2 of 4 steps, so that `train --resume` has a step to take.
+  const std::string run = train("run", "--set train.steps=4 --set train.checkpoint_every=2 --max-steps 2");
   // The same vocabulary size, learnt from other text: another tokenizer.
   ASSERT_EQ(run_command(kTool + " data tokenizer --input " + (dir_ / "corpus/test.txt") +
                         " --vocab-size 300 --out " + (dir_ / "other.model")).exit_code, 0);
