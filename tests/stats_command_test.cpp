@@ -529,6 +529,15 @@ TEST_F(StatsCommand, NamesDivergedRunsAndTheVariantsTheyLeave) {
       << r.out;
   EXPECT_NE(r.out.find("| diff-affine-150m | 3 |"), std::string::npos) << "still three finished runs";
 
+  // Diverged before its first metrics line: diverged.json alone makes it a run folder.
+  const auto early = root_ / "sweep" / "vanilla-150m-s9";
+  fs::create_directories(early);
+  sweep::write_divergence(early, {"vanilla-150m", 9, 2, "inf", "the loss only"});
+  const auto with_early = run_tool(path(root_ / "sweep"));
+  EXPECT_NE(with_early.out.find("- " + early.string() + ": diverged at step 2"), std::string::npos) << with_early.out;
+  EXPECT_NE(with_early.out.find("Note: vanilla-150m: 1 run(s) diverged (seed 9)"), std::string::npos)
+      << with_early.out;
+
   std::ofstream(sweep::divergence_path(dir)) << R"({"name": "diff-affine-150m", "seed": 4, "step": "x"})";
   const auto broken = run_tool(path(root_ / "sweep"));
   EXPECT_NE(broken.exit_code, 0);

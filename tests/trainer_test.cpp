@@ -331,6 +331,20 @@ TEST(Trainer, ProfileStepsThisInvocationCannotRecordAreRefused) {
   EXPECT_NE(read_file(dir / "train.log").find("error] " + message), std::string::npos) << read_file(dir / "train.log");
 }
 
+// An error after the run folder exists goes to train.log too; a train.log that
+// cannot be written (a full disk) must not replace that error with its own.
+TEST(Trainer, AnUnwritableTrainLogDoesNotHideTheError) {
+  TempDir dir("cqk-train");
+  const auto config = tiny_run_config({"train.steps=6"});
+  ASSERT_EQ(cqk::train(config, in_dir(dir, 2)).outcome, cqk::TrainOutcome::Paused);
+  std::filesystem::remove(dir / "train.log");
+  std::filesystem::create_symlink("/dev/full", dir / "train.log");
+  auto options = in_dir(dir, 0, true);
+  options.profile_steps = "1:1";
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { cqk::train(config, options); }),
+            "--profile-steps: step 1 is done already (the run resumes after step 2)");
+}
+
 // One training process per run directory: a second one stops before writing.
 TEST(Trainer, ASecondProcessCannotTrainInAFolderInUse) {
   TempDir dir("cqk-train");

@@ -12,7 +12,8 @@ void error(const std::string& message);
 // Also write every message to `path` (the run directory's log), appending.
 void add_file(const std::string& path);
 void remove_files();
-// An error the caller reports itself (on stderr), written to the files only.
+// An error the caller reports itself (on stderr), written to the files only;
+// never throws (a file that cannot be written is skipped).
 void error_in_files(const std::string& message);
 
 }  // namespace cqk::log

@@ -285,7 +285,8 @@ void warn_about_repeated_seeds(const Groups& groups) {
 }
 
 // A note per variant with diverged runs: its statistics are of the runs that survived.
-std::vector<std::string> diverged_runs(const std::vector<sweep::UnfinishedRun>& unfinished) {
+std::vector<std::string> diverged_runs(const std::vector<sweep::UnfinishedRun>& unfinished,
+                                       const std::vector<sweep::RunResult>& finished) {
   std::map<std::string, std::vector<long long>> seeds;
   for (const auto& run : unfinished)
     if (run.diverged) seeds[run.diverged->name].push_back(run.diverged->seed);
@@ -294,8 +295,11 @@ std::vector<std::string> diverged_runs(const std::vector<sweep::UnfinishedRun>& 
     std::sort(list.begin(), list.end());
     std::string text;
     for (const long long seed : list) text += (text.empty() ? "" : ", ") + std::to_string(seed);
+    const bool others = std::any_of(finished.begin(), finished.end(),
+                                    [&, n = name](const sweep::RunResult& r) { return r.name == n; });
     notes.push_back(name + ": " + std::to_string(list.size()) + " run(s) diverged (seed " + text +
-                    ") and are not counted; its figures are of the runs that finished");
+                    ") and are not counted; " +
+                    (others ? "its figures are of the runs that finished" : "it has no finished run"));
   }
   return notes;
 }
@@ -323,7 +327,7 @@ Report build_report(const StatsOptions& options) {
     if (sweep::metric_evaluation(report.metric) == name) throw std::runtime_error(why);
     report.notes.push_back("not used: " + why);
   }
-  for (const auto& note : diverged_runs(runs.unfinished)) report.notes.push_back(note);
+  for (const auto& note : diverged_runs(runs.unfinished, runs.finished)) report.notes.push_back(note);
   report.groups = sweep::group_by_variant(runs.finished);
   report.reported_metrics = sweep::reported_metrics(runs.finished);
   for (const auto& run : runs.finished)

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <exception>
 #include <memory>
 
 namespace cqk::log {
@@ -37,8 +38,12 @@ void error_in_files(const std::string& message) {
   const auto& sinks = logger()->sinks();
   const spdlog::details::log_msg entry(logger()->name(), spdlog::level::err, message);
   for (std::size_t i = 1; i < sinks.size(); ++i) {  // sinks[0] is the console
-    sinks[i]->log(entry);
-    sinks[i]->flush();
+    try {
+      sinks[i]->log(entry);
+      sinks[i]->flush();
+    } catch (const std::exception&) {
+      // A full disk: the caller's own error, which it reports on stderr, matters more.
+    }
   }
 }
 

@@ -170,8 +170,10 @@ void read_saved_evaluations(RunResult& r) {
   }
 }
 
+// A run that diverged before its first metrics line has only diverged.json to show for it.
 bool is_run_dir(const fs::path& dir) {
-  return fs::is_regular_file(dir / "results.json") || fs::is_regular_file(dir / "metrics.jsonl");
+  return fs::is_regular_file(dir / "results.json") || fs::is_regular_file(dir / "metrics.jsonl") ||
+         fs::is_regular_file(divergence_path(dir));
 }
 
 // Run directories at `dir` or up to `levels` below it, keyed by canonical path

@@ -254,9 +254,11 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   std::optional<RunLock> lock;
   if (dist.is_main()) {
     lock.emplace(run_dir);
-    // Checked again under the lock: another process may have finished a run here since the checks above.
-    if (!options.resume && (!list_checkpoints(run_dir).empty() || fs::exists(fs::path(run_dir) / "results.json")))
-      throw std::runtime_error(run_dir + ": another process trained a run here meanwhile; choose another run.dir");
+    // Checked again under the lock: another process may have trained or finished a run here since the checks
+    // above.
+    if (fs::exists(fs::path(run_dir) / "results.json") || (!options.resume && !list_checkpoints(run_dir).empty()))
+      throw std::runtime_error(run_dir + ": another process trained a run here meanwhile; " +
+                               (options.resume ? "it has finished" : "choose another run.dir"));
   }
   if (dist_env.rank == 0) log::add_file((fs::path(run_dir) / "train.log").string());
   if (!options.resume && dist.is_main()) {
@@ -267,10 +269,7 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
     if (fs::exists(saved) && fs::remove_all(saved, error) > 0 && !error)
       log::info("removed " + saved.string() + ": the saved evaluations of an earlier run in this folder");
   }
-  if (dist.is_main()) {
-    remove_stale_temporaries(run_dir);
-    fs::remove(sweep::divergence_path(run_dir));  // this start is a new attempt
-  }
+  if (dist.is_main()) remove_stale_temporaries(run_dir);
 
   // Measured before a resume restores the RNG state: the measurement draws random matrices.
   const double measured_peak = measure_matmul_flops(device, bf16 ? at::kBFloat16 : at::kFloat);
@@ -302,7 +301,7 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   const std::string sdpa_backend =
       use_sdpa_backend(config, config.data.batch_size / dist_env.world_size, bf16, device.is_cuda());
   info("device " + device.str() + (bf16 ? " bf16 autocast" : " fp32") + " | threads " + std::to_string(threads) +
-       " | " + std::to_string(tokens_per_step) + " tokens/step | measured peak " + std::to_string(peak_flops / 1e9) +
+       " | " + std::to_string(tokens_per_step) + " tokens/step | MFU peak " + std::to_string(peak_flops / 1e9) +
        " GFLOP/s | SDPA " + sdpa_backend);
   const TargetTables tables = target_tables(*source);  // one pass over the training split, for every evaluation
   // The coupling's diagnostics (coupling_diagnostics.h) on one fixed validation batch at every evaluation.
@@ -323,6 +322,9 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
     prune_checkpoints(run_dir, config.train.keep_checkpoints);
   };
 
+  // The run trains again: an earlier divergence is no longer its state (kept until here, so that a resume
+  // refused above leaves it).
+  if (dist.is_main()) fs::remove(sweep::divergence_path(run_dir));
   StepContext step{model, *optimizer, *source, config.train, device, bf16, dist};
   StopSignals signals;
   ProgressLine progress(config.train.steps, state.step, config.train.log_every);
@@ -355,7 +357,11 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
         log::error("loss became " + divergence.loss + " at step " + std::to_string(divergence.step) +
                    "; first non-finite: " + divergence.first_non_finite +
                    ". The last good checkpoint is kept; lower train.lr or enable train.grad_clip.");
-        sweep::write_divergence(run_dir, divergence);
+        try {
+          sweep::write_divergence(run_dir, divergence);
+        } catch (const std::exception& e) {  // the run still diverged: exit 3, not an error
+          log::warn(std::string("cannot record the divergence for cqk stats: ") + e.what());
+        }
       }
       summary.outcome = TrainOutcome::Diverged;
       summary.step = state.step;
