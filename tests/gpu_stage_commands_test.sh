@@ -3,7 +3,7 @@
 # rehearsed on the CPU with the real binaries, so that a renamed flag, config
 # key, kernel path or test group fails here and not in device time. run.sh is
 # told it has a GPU; each part runs, through run.sh's own part(), its real
-# command, except that `cqk train` runs on the CPU in fp32, so the
+# command, except that `cqk train` runs on the CPU in fp32 at width 64, so the
 # train stage trains, pauses, resumes and runs its loss comparison (on the CPU both runs compute the
 # same: the wiring is what is checked). Every other command must get past
 # its argument and config checks to the line that asks for the GPU, and each
@@ -40,6 +40,7 @@ rehearse() {  # COMMAND...: its exit status, 0 when it ends at the line that ask
     if [[ " $* " != *" bench train "* ]]; then  # bench train stops at its GPU check
       word="${word/#train.device=cuda/train.device=cpu}"
       word="${word/#train.dtype=bf16/train.dtype=fp32}"  # a CPU emulates bf16, several times slower
+      word="${word/#model.width=256/model.width=64}"       # 4 heads of 16: a CPU trains it in seconds
     fi
     [[ "$word" != --gtest_filter=* ]] || filter="${word#--gtest_filter=}"
     command+=("$word")
