@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/positive_sizes.h"
+#include "model/option_checks.h"
 #include "ops/qk_path.h"
 
 namespace cqk {
@@ -75,8 +75,7 @@ QKCouplingImpl::QKCouplingImpl(const CouplingOptions& options) : options_(option
                                     {"head_dim", d},
                                     {"hidden", options.hidden()},
                                     {"steps", options.steps()}});
-  if (!(options.clamp() > 0) || !std::isfinite(options.clamp()))  // NaN fails every comparison
-    throw std::invalid_argument("coupling: clamp must be positive and finite, got " + std::to_string(options.clamp()));
+  check_positive_finite("coupling", "clamp", options.clamp());
   // Output layers start at zero, so every kind but Dynamics-with-dt starts as the identity.
   auto add = [&](int64_t in, int64_t out) {
     conditioners_.push_back(

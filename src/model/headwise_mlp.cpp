@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "model/positive_sizes.h"
+#include "model/option_checks.h"
 
 namespace cqk {
 

@@ -3,7 +3,7 @@
 #include "cqk/linear_cross_entropy.h"
 #include "cqk/swiglu.h"
 #include "model/initialisation.h"
-#include "model/positive_sizes.h"
+#include "model/option_checks.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

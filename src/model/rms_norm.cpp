@@ -2,19 +2,14 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-#include <stdexcept>
-#include <string>
-
-#include "model/positive_sizes.h"
+#include "model/option_checks.h"
 #include "ops/rms_norm_kernel.h"
 
 namespace cqk {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   check_positive_sizes("rms_norm", {{"dim", dim}});
-  if (!(eps > 0) || !std::isfinite(eps))
-    throw std::invalid_argument("rms_norm: eps must be positive and finite, got " + std::to_string(eps));
+  check_positive_finite("rms_norm", "eps", eps);
   weight = register_parameter("weight", at::ones({dim}));
 }
 
