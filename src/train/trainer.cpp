@@ -217,7 +217,8 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   DistributedContext dist(dist_env, device);  // rendezvous and process group; a no-op for one process
   // Ranks of one run share the config, the data and this command's options; a rank with another
   // --max-steps, say, would otherwise wait in a collective until the timeout.
-  dist.check_same_run("config " + hash + "; data " + data_fingerprint(config.data) + "; resume " +
+  const std::string fingerprint = data_fingerprint(config.data);
+  dist.check_same_run("config " + hash + "; data " + fingerprint + "; resume " +
                       (options.resume ? "yes" : "no") + "; max-steps " + std::to_string(options.max_steps) +
                       "; profile-steps " + (options.profile_steps.empty() ? "none" : options.profile_steps));
   const auto info = [&](const std::string& message) {
@@ -277,12 +278,12 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   TrainingState state;
   state.config_hash = hash;
   state.initialisation = sweep::kNameKeyedInitialisation;  // a resume takes the checkpoint's instead
-  state.data_fingerprint = data_fingerprint(config.data);
+  state.data_fingerprint = fingerprint;
   if (options.resume) {
     std::string checkpoint;
     std::tie(state, checkpoint) = resume_from_checkpoints(run_dir, model, *optimizer, hash);
     check_data_fingerprint(state.data_fingerprint, config.data);
-    state.data_fingerprint = data_fingerprint(config.data);  // a run from before it was recorded records it now
+    state.data_fingerprint = fingerprint;  // a run from before it was recorded records it now
     info("resumed from " + checkpoint + " at step " + std::to_string(state.step));
     if (state.peak_flops > 0)
       info("MFU against the peak measured when the run started, " + std::to_string(state.peak_flops / 1e9) +
@@ -435,9 +436,7 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   // The final evaluations read whole splits (minutes at scale). The last checkpoint is saved, so a signal
   // from here on may end the process at once: `--resume` then only evaluates.
   // Every rank stops, or none: one alone would leave the others in the evaluation's collectives.
-  const bool stop = dist.enabled() ? dist.all_reduce_sum({signals.pending() ? 1.0 : 0.0})[0] > 0
-                                   : signals.pending() != 0;
-  if (stop) {
+  if (dist.all_reduce_sum({signals.pending() ? 1.0 : 0.0})[0] > 0) {  // one process: its own flag
     summary.outcome = TrainOutcome::Interrupted;
     summary.step = state.step;
     info("interrupted before the final evaluation; checkpoint saved. Finish with: cqk train --resume " + run_dir);
