@@ -17,6 +17,7 @@
 // thread: no atomics), and at the end adds its accumulators to the global fp32
 // gradients with one atomicAdd per entry.
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -292,10 +293,21 @@ std::string shape_text(const CouplingShape& s, int steps) {
 // Tokens each block handles: enough blocks to fill the device several times
 // over, enough tokens per block to amortise packing the weights (and, in the
 // backward, the atomics of its weight gradients). $CQK_FUSED_TOKENS_PER_BLOCK
-// overrides it (for tuning).
+// overrides it (for tuning); read at each launch, since the checks set it per case.
+int64_t tokens_per_block_override() {
+  const char* env = std::getenv("CQK_FUSED_TOKENS_PER_BLOCK");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(env, &end, 10);
+  if (*end != '\0' || errno != 0 || value <= 0)
+    throw std::invalid_argument(std::string("CQK_FUSED_TOKENS_PER_BLOCK must be a positive integer, got '") + env +
+                                "'");
+  return value;
+}
+
 int64_t choose_tokens_per_block(int64_t total_tokens, int64_t per_batch, int multiprocessors, int blocks_per_sm) {
-  int64_t tokens = 0;
-  if (const char* env = std::getenv("CQK_FUSED_TOKENS_PER_BLOCK")) tokens = std::atoll(env);
+  int64_t tokens = tokens_per_block_override();
   if (tokens <= 0) {
     const int64_t target_blocks = static_cast<int64_t>(multiprocessors > 0 ? multiprocessors : 100) * blocks_per_sm;
     tokens = (total_tokens + target_blocks - 1) / target_blocks;

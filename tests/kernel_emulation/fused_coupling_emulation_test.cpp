@@ -242,6 +242,12 @@ TEST(EmulatedCouplingLaunchers, RefuseBadArgumentsBeforeLaunching) {
   cos_only.rope.cos = params.b2[0];
   EXPECT_EQ(message([&] { forward(q.data_ptr(), s.shape, params, cos_only); }),
             "fused coupling: RoPE needs both tables, cos and sin");
+  for (const char* bad : {"12x", "0", "-4"}) {
+    setenv("CQK_FUSED_TOKENS_PER_BLOCK", bad, 1);
+    EXPECT_EQ(message([&] { forward(q.data_ptr(), s.shape, params, {}); }),
+              std::string("CQK_FUSED_TOKENS_PER_BLOCK must be a positive integer, got '") + bad + "'");
+  }
+  unsetenv("CQK_FUSED_TOKENS_PER_BLOCK");
   EXPECT_EQ(launch_count(), launches);
 }
 
