@@ -30,14 +30,14 @@ struct LossAndGradients {
   at::Tensor loss, grad_hidden, grad_weight;
 };
 
-LossAndGradients fused(const Problem& p, int64_t ignore_index = -1) {
+LossAndGradients fused(const Problem& p, int64_t ignore_index = cqk::kIgnoredTarget) {
   auto hidden = p.hidden.clone().requires_grad_(true), weight = p.weight.clone().requires_grad_(true);
   auto loss = cqk::linear_cross_entropy(hidden, weight, p.targets, ignore_index);
   loss.backward();
   return {loss.detach(), hidden.grad(), weight.grad()};
 }
 
-LossAndGradients reference(const Problem& p, int64_t ignore_index = -1) {
+LossAndGradients reference(const Problem& p, int64_t ignore_index = cqk::kIgnoredTarget) {
   auto hidden = p.hidden.to(at::kDouble).requires_grad_(true), weight = p.weight.to(at::kDouble).requires_grad_(true);
   auto loss = at::cross_entropy_loss(at::matmul(hidden, weight.t()), p.targets, {}, at::Reduction::Mean, ignore_index);
   loss.backward();
@@ -64,7 +64,7 @@ TEST(LinearCrossEntropy, MatchesFloat64CrossEntropyOfTheLogitsAndItsGradients) {
 
 TEST(LinearCrossEntropy, IgnoredTargetsAddNothingToTheLossOrTheGradients) {
   auto p = random_problem(40, 8, 29, 4);
-  p.targets.index_put_({at::arange(0, 40, 3)}, -1);
+  p.targets.index_put_({at::arange(0, 40, 3)}, -100);
   const auto got = fused(p), want = reference(p);
   expect_close(got.loss, want.loss, 1e-6, "loss");
   expect_close(got.grad_hidden, want.grad_hidden, 1e-6, "grad hidden");
@@ -91,7 +91,7 @@ TEST(LinearCrossEntropy, LargeLogitsStayFinite) {
 
 TEST(LinearCrossEntropy, AllTargetsIgnoredGivesNaNAsCrossEntropyDoes) {
   auto p = random_problem(5, 4, 7, 7);
-  p.targets.fill_(-1);
+  p.targets.fill_(-100);
   EXPECT_TRUE(std::isnan(fused(p).loss.item<double>()));
   EXPECT_TRUE(std::isnan(reference(p).loss.item<double>()));
 }

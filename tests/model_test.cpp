@@ -98,7 +98,7 @@ TEST(Model, LaterTokensNeverChangeEarlierLogits) {
   }
 }
 
-TEST(Model, LossIsTheMeanCrossEntropyOverTargetsNotMinusOne) {
+TEST(Model, LossIsTheMeanCrossEntropyOverScoredTargets) {
   at::manual_seed(4);
   cqk::TransformerLM model(tiny("vanilla", "affine"));
   const auto tokens = at::randint(32, {2, 16}, at::kLong);
@@ -106,7 +106,7 @@ TEST(Model, LossIsTheMeanCrossEntropyOverTargetsNotMinusOne) {
   // Only a few scored positions, as in the recall task.
   auto mask = at::rand({2, 16}) < 0.3;
   mask.index_put_({0, 5}, true);
-  targets.masked_fill_(mask.logical_not(), -1);
+  targets.masked_fill_(mask.logical_not(), -100);
 
   const auto logits = model->forward(tokens).to(at::kDouble);
   const auto log_probs = at::log_softmax(logits, -1);

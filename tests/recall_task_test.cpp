@@ -37,8 +37,8 @@ std::vector<int64_t> check_sequence(const int64_t* x, const int64_t* y, int64_t 
     EXPECT_LT(value, V) << "values from the upper half";
     EXPECT_TRUE(value_of.emplace(key, value).second) << "keys are distinct";
     EXPECT_TRUE(values.insert(value).second) << "values are distinct";
-    EXPECT_EQ(y[2 * i], -1);
-    EXPECT_EQ(y[2 * i + 1], -1);
+    EXPECT_EQ(y[2 * i], -100);
+    EXPECT_EQ(y[2 * i + 1], -100);
   }
   std::vector<int64_t> queries;
   std::set<int64_t> asked;

@@ -210,7 +210,7 @@ TEST(TokenLoader, ShortSplitAndMaxBatches) {
   ASSERT_EQ(test.size(), 1u);
   ASSERT_EQ(test[0].inputs.size(0), 1);
   EXPECT_EQ(test[0].targets.ge(0).sum().item<int64_t>(), 9);
-  EXPECT_EQ(test[0].targets[0][9].item<int64_t>(), -1);
+  EXPECT_EQ(test[0].targets[0][9].item<int64_t>(), -100);
   const auto valid = source->eval_batches(cqk::Split::Valid, 3);
   EXPECT_EQ(valid.size(), 3u);
   EXPECT_EQ(valid[0].inputs[0][0].item<int64_t>(), 0);

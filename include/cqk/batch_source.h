@@ -11,14 +11,15 @@
 #include <vector>
 
 #include "cqk/config.h"
+#include "cqk/ignored_target.h"
 
 namespace cqk {
 
 enum class Split { Train, Valid, Test };
 std::string split_name(Split split);
 
-// inputs and targets: [batch, seq_len] int64 on the CPU. A target of -1 is not
-// scored (the recall task scores only the answer positions).
+// inputs and targets: [batch, seq_len] int64 on the CPU. A target of
+// kIgnoredTarget is not scored (the recall task scores only the answer positions).
 struct Batch {
   at::Tensor inputs;
   at::Tensor targets;

@@ -3,6 +3,8 @@
 // the logits hidden @ weight^T against targets, without keeping the logits.
 #include <ATen/core/Tensor.h>
 
+#include "cqk/ignored_target.h"
+
 namespace cqk {
 
 // hidden [N, d], weight [V, d], targets [N] int64 in [0, V) or ignore_index.
@@ -15,6 +17,6 @@ namespace cqk {
 // and the backward's two matmuls apply the scale to their small outputs.
 // Under autocast the matmuls run in the autocast type and the softmax in float32.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                int64_t ignore_index = -1);
+                                int64_t ignore_index = kIgnoredTarget);
 
 }  // namespace cqk

@@ -57,7 +57,7 @@ class TransformerLMImpl : public torch::nn::Module {
 
   // tokens: [batch, time] int64 -> logits [batch, time, vocab].
   at::Tensor forward(const at::Tensor& tokens);
-  // Mean cross entropy over targets != -1 (linear_cross_entropy: the logits are not kept).
+  // Mean cross entropy over targets != kIgnoredTarget (-100, as PyTorch; linear_cross_entropy: the logits are not kept).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
   // tokens -> the final-normed hidden states [batch, time, width] that the head reads.
   at::Tensor final_hidden(const at::Tensor& tokens);

@@ -81,7 +81,7 @@ void generate_recall_example(const RecallConfig& c, int64_t seq_len, uint64_t ex
   const auto keys = distinct(rng, 1, half, P);
   const auto values = distinct(rng, half, V, P);
   std::fill(inputs, inputs + seq_len, kRecallFiller);
-  std::fill(targets, targets + seq_len, -1);
+  std::fill(targets, targets + seq_len, kIgnoredTarget);
   for (int64_t i = 0; i < P; ++i) {
     inputs[2 * i] = keys[i];
     inputs[2 * i + 1] = values[i];
@@ -164,7 +164,7 @@ Batch RecallTask::train_batch(int64_t n) const {
 
 std::vector<uint8_t> RecallTask::targets_in_training() const {
   const auto targets = train_pool_.select(1, 1).flatten();
-  const auto scored = targets.masked_select(targets.ge(0)).to(at::kLong);
+  const auto scored = targets.masked_select(targets.ne(kIgnoredTarget)).to(at::kLong);
   const auto seen = at::zeros({vocab_size()}, at::kByte).index_fill_(0, scored, 1);
   return {seen.data_ptr<uint8_t>(), seen.data_ptr<uint8_t>() + seen.numel()};
 }
@@ -201,7 +201,7 @@ std::vector<Batch> RecallTask::eval_batches(Split split, int64_t max_batches) {
     if (hi - lo < rows) {  // pad the partial last batch: filler inputs, nothing scored
       const int64_t pad = rows - (hi - lo);
       batch.inputs = at::cat({batch.inputs, at::full({pad, L}, kRecallFiller, at::kLong)});
-      batch.targets = at::cat({batch.targets, at::full({pad, L}, -1, at::kLong)});
+      batch.targets = at::cat({batch.targets, at::full({pad, L}, kIgnoredTarget, at::kLong)});
     }
     out.push_back(std::move(batch));
   }
@@ -214,7 +214,7 @@ AccuracyCount scored_accuracy(const at::Tensor& logits, const at::Tensor& target
                                 std::to_string(logits.dim()) + "-d logits and " + std::to_string(targets.dim()) +
                                 "-d targets of other sizes");
   const auto t = targets.to(logits.device(), at::kLong);
-  const auto scored = t.ge(0);
+  const auto scored = t.ne(kIgnoredTarget);
   const auto correct = logits.argmax(-1).eq(t).logical_and(scored);
   return {correct.sum().item<int64_t>(), scored.sum().item<int64_t>()};
 }

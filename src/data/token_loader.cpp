@@ -121,8 +121,8 @@ void fill_eval_row(const TokenFile& file, const EvalWindow& w, int64_t seq_len, 
   std::fill(inputs + in_len, inputs + seq_len, 0);
   const int64_t tg_len = std::clamp<int64_t>(n - w.start - 1, 0, seq_len);
   file.read(w.start + 1, tg_len, targets);
-  std::fill(targets + tg_len, targets + seq_len, -1);
-  std::fill(targets, targets + std::min(w.first_scored, seq_len), -1);
+  std::fill(targets + tg_len, targets + seq_len, kIgnoredTarget);
+  std::fill(targets, targets + std::min(w.first_scored, seq_len), kIgnoredTarget);
 }
 
 }  // namespace
@@ -331,7 +331,7 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
         fill_eval_row(file, windows[static_cast<std::size_t>(first + w)], L, in + i * L, tg + i * L);
       } else {
         std::fill(in + i * L, in + (i + 1) * L, 0);
-        std::fill(tg + i * L, tg + (i + 1) * L, -1);
+        std::fill(tg + i * L, tg + (i + 1) * L, kIgnoredTarget);
       }
     }
     out.push_back({inputs, targets});

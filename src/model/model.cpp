@@ -85,7 +85,7 @@ at::Tensor TransformerLMImpl::loss(const at::Tensor& tokens, const at::Tensor& t
   const auto hidden = final_hidden(tokens);
   RECORD_USER_SCOPE("cqk::loss");
   return linear_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), embedding->weight, targets.reshape(-1),
-                              /*ignore_index=*/-1);
+                              kIgnoredTarget);
 }
 
 std::vector<at::Tensor> TransformerLMImpl::identity_initialised_parameters() const {

@@ -64,10 +64,11 @@ EvaluationSums evaluation_sums(TransformerLM& model, BatchSource& source, Split 
     const auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
     const auto logits = model->forward(inputs).to(at::kFloat);
     const auto flat = targets.reshape(-1);
-    // Per target, 0 where not scored (-1); float64 from here on.
-    const auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), flat, {}, at::Reduction::None, -1)
+    // Per target, 0 where not scored; float64 from here on.
+    const auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), flat, {}, at::Reduction::None,
+                                            kIgnoredTarget)
                          .to(at::kDouble);
-    const auto scored = flat.ge(0);
+    const auto scored = flat.ne(kIgnoredTarget);
     const auto ids = flat.clamp_min(0);
     const auto seen_scored = seen.index_select(0, ids).logical_and(scored);
     const auto batch_sums = at::stack({nll.sum(), nll.mul(seen_scored).sum(),
