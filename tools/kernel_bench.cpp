@@ -6,7 +6,7 @@
 //                                      --quick: the small cases only (for compute-sanitizer)
 //   cqk_kernel_bench --bench [options] forward and forward+backward timings, a markdown table:
 //       --times 512,1024,2048 --batch 8 --heads 12 --dim 64 --hidden 8 --steps 2
-//       --dtypes bf16,fp32 --iters 20 --warmup 5
+//       --dtypes bf16,fp32 --iters 20 --warmup 5 --calls 5
 //       --path NAME[,NAME...]: time only these paths (default: all); one path
 //                  per process keeps a CUDA fault in one from failing the others
 //       --json: one JSON object per (path, dtype, T) instead (scripts/gpu_bundle/run.sh)
@@ -18,7 +18,10 @@
 //   fused-coupling-rope  the fused coupling with RoPE in its pass + SDPA: the coupled model's path
 //   fused-coupling       the fused coupling + SDPA; also the coupling alone and its kernels' bandwidth
 //   aten-coupling        the ATen coupling + SDPA; also the coupling alone
-// Times are medians of per-iteration CUDA-event times; TFLOP/s counts
+// Times are medians over iterations of CUDA-event times, each of --calls back-to-back
+// calls divided by their number: one call's host work overlaps the GPU's work of
+// the one before, as in training. Gradients are cleared before each backward (as
+// zero_grad does in training), so no accumulation kernels are timed. TFLOP/s counts
 // attention's causal FLOPs (forward 2 B H T^2 d, forward+backward 7 B H T^2 d).
 // The forward alone is the training forward (autograd records), so
 // forward+backward minus forward is the backward. "coupling share" is the
@@ -59,7 +62,7 @@ struct Options {
   std::vector<int64_t> times{512, 1024, 2048};
   int64_t batch = 8, heads = 12, dim = 64, hidden = 8, steps = 2;
   std::vector<std::string> dtypes = kDtypes;
-  int iters = 20, warmup = 5;
+  int iters = 20, warmup = 5, calls = 5;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -95,7 +98,7 @@ int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--check [--quick]] [--bench [--json] [--path NAME,...]] [--times 512,1024,2048] [--batch 8]\n"
                "          [--heads 12] [--dim 64] [--hidden 8] [--steps 2] [--dtypes bf16,fp32] [--iters 20]\n"
-               "          [--warmup 5]\n"
+               "          [--warmup 5] [--calls 5]\n"
                "paths: %s\n",
                argv0, paths.c_str());
   return 2;
@@ -105,8 +108,9 @@ void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-// Median milliseconds of fn() over iters runs, after warmup runs.
-double time_ms(const std::function<void()>& fn, int warmup, int iters) {
+// Median milliseconds of one fn() over iters samples of `calls` back-to-back
+// calls each, after warmup calls.
+double time_ms(const std::function<void()>& fn, int warmup, int iters, int calls) {
   for (int i = 0; i < warmup; ++i) fn();
   check_cuda(cudaDeviceSynchronize(), "warm-up");
   cudaEvent_t start, stop;
@@ -116,12 +120,12 @@ double time_ms(const std::function<void()>& fn, int warmup, int iters) {
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
     check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-    fn();
+    for (int c = 0; c < calls; ++c) fn();
     check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float elapsed = 0;
     check_cuda(cudaEventElapsedTime(&elapsed, start, stop), "cudaEventElapsedTime");
-    ms.push_back(elapsed);
+    ms.push_back(elapsed / calls);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -200,16 +204,25 @@ Row measure(const Options& o, const std::string& path, const std::string& dtype_
   const auto sdpa = [&](const at::Tensor& a, const at::Tensor& b) {
     return at::scaled_dot_product_attention(a, b, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
   };
+  // Undefined gradients, as after zero_grad: the backward writes them without an accumulating add.
+  const auto clear_grads = [&] {
+    for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
+    for (auto& p : coupling->parameters()) p.mutable_grad().reset();
+  };
+  const auto time_of = [&](const std::function<void()>& fn) { return time_ms(fn, o.warmup, o.iters, o.calls); };
   // The forward is the training forward (autograd records), so fwd_bwd - fwd is the backward's cost.
   const auto timed = [&](const std::function<at::Tensor()>& forward) {
-    return Times{time_ms([&] { forward(); }, o.warmup, o.iters),
-                 time_ms([&] { forward().backward(grad_out); }, o.warmup, o.iters)};
+    return Times{time_of([&] { forward(); }), time_of([&] {
+                   clear_grads();
+                   forward().backward(grad_out);
+                 })};
   };
   const auto coupled_sdpa = [&] {
     const auto [a, b] = coupling->forward(q, k);
     return sdpa(a, b);
   };
   const auto coupling_step = [&] {
+    clear_grads();
     auto [a, b] = coupling->forward(q, k);
     torch::autograd::backward({a, b}, {grad_out, grad_k});
   };
@@ -232,7 +245,7 @@ Row measure(const Options& o, const std::string& path, const std::string& dtype_
     r.applies = path == "aten-coupling" || cqk::cuda_affine_coupling_applies(*coupling, q, k);
     if (r.applies) {
       r.times = timed(coupled_sdpa);
-      r.coupling_fwd_bwd = time_ms(coupling_step, o.warmup, o.iters);
+      r.coupling_fwd_bwd = time_of(coupling_step);
     }
   }
   if (path == "fused-coupling" && r.applies) {
@@ -246,13 +259,10 @@ Row measure(const Options& o, const std::string& path, const std::string& dtype_
     auto q_out = at::empty_like(qd), k_out = at::empty_like(kd), dq = at::empty_like(qd), dk = at::empty_like(kd);
     std::vector<at::Tensor> weight_grads;
     for (const auto& w : weights) weight_grads.push_back(at::zeros_like(w));
-    r.kernel_fwd =
-        time_ms([&] { cqk::fused::affine_forward_out(options, weights, qd, kd, q_out, k_out); }, o.warmup, o.iters);
-    r.kernel_bwd = time_ms(
-        [&] {
-          cqk::fused::affine_backward_out(options, weights, q_out, k_out, grad_out, grad_k, dq, dk, weight_grads);
-        },
-        o.warmup, o.iters);
+    r.kernel_fwd = time_of([&] { cqk::fused::affine_forward_out(options, weights, qd, kd, q_out, k_out); });
+    r.kernel_bwd = time_of([&] {
+      cqk::fused::affine_backward_out(options, weights, q_out, k_out, grad_out, grad_k, dq, dk, weight_grads);
+    });
     r.kernel_fwd_gbs = 4 * bytes / (r.kernel_fwd * 1e-3) / 1e9;
     r.kernel_bwd_gbs = 6 * bytes / (r.kernel_bwd * 1e-3) / 1e9;
   }
@@ -289,10 +299,10 @@ void print_markdown_header(const Options& o) {
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   std::printf("\n## Attention path benchmark, %s, %s (%d SMs), torch %s\n", date, prop.name,
               prop.multiProcessorCount, TORCH_VERSION);
-  std::printf("batch %lld, heads %lld, head dim %lld, hidden %lld, steps %lld, causal; medians of %d; "
-              "forward+backward ms (TFLOP/s)\n\n",
+  std::printf("batch %lld, heads %lld, head dim %lld, hidden %lld, steps %lld, causal; medians of %d samples of %d "
+              "calls; forward+backward ms (TFLOP/s)\n\n",
               static_cast<long long>(o.batch), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
-              static_cast<long long>(o.hidden), static_cast<long long>(o.steps), o.iters);
+              static_cast<long long>(o.hidden), static_cast<long long>(o.steps), o.iters, o.calls);
   std::printf("| dtype | T |");
   for (const auto& path : o.paths) std::printf(" %s |", path.c_str());
   std::printf(" cuDNN / default SDPA | coupled / base | coupling share | fused coupling alone vs ATen |\n|---|---|");
@@ -372,6 +382,7 @@ int main(int argc, char** argv) {
       else if (arg == "--dtypes") o.dtypes = known(arg, value(), kDtypes);
       else if (arg == "--iters") o.iters = static_cast<int>(at_least(arg, value(), 1));
       else if (arg == "--warmup") o.warmup = static_cast<int>(at_least(arg, value(), 0));
+      else if (arg == "--calls") o.calls = static_cast<int>(at_least(arg, value(), 1));
       else return usage(argv[0]);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cqk_kernel_bench: error: %s\n", e.what());
