@@ -12,6 +12,9 @@
 #   - results.json in the run folder: finished, skipped;
 #   - a checkpoint (checkpoints/step-*.ckpt): interrupted, continued with `cqk train --resume DIR`;
 #   - otherwise: `cqk train CONFIG --set run.seed=S --run-dir DIR [--set ...]`.
+# A run folder whose config.yaml has other settings than its config resolves
+# to now (an edited file, another --set) stops the sweep before it trains.
+# Runs are single processes (CQK_DIST=0), also inside a multi-task batch job.
 # Visible GPUs (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`) each run one
 # job at a time, with CUDA_VISIBLE_DEVICES set to that GPU; without a GPU the
 # jobs run one after another, or --cpu-jobs N at a time (each with N-th of the
@@ -167,12 +170,14 @@ done
 
 # cqk stats groups runs by run.name: two configs of one name would be pooled as
 # one variant. Checked on the configs as resolved with --set, when the tool is built.
+declare -A yaml_of=()
 if [[ -x "$CQK" ]]; then
   declare -A tag_of_name=()
   for config in "${configs[@]}"; do
     resolve=("$CQK" inspect "$config" --yaml)
     for o in "${overrides[@]}"; do resolve+=(--set "$o"); done
-    yaml="$("${resolve[@]}" 2>&1)" || die "$config: $(tail -n 1 <<<"$yaml")"
+    yaml="$(CQK_DIST=0 "${resolve[@]}" 2>&1)" || die "$config: $(tail -n 1 <<<"$yaml")"
+    yaml_of[$config]="$yaml"
     name="$(awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' <<<"$yaml")"
     other="${tag_of_name[$name]:-}"  # a tag stands for one config file (checked above)
     [[ -z "$other" || "$other" == "${tag_of[$config]}" ]] ||
@@ -193,6 +198,25 @@ for seed in "${seeds[@]}"; do
     seen[$key]=1
     jobs+=("$config"$'\t'"${tag_of[$config]}"$'\t'"$seed")
   done
+done
+
+# A config as it decides the results: without the run's folder, seed and CPU
+# threads, which the sweep sets per run and slot.
+settings_of() {  # resolved YAML on stdin
+  awk '/^[a-z]/ {section = $1} !(section == "run:" && /^  (dir|seed): /) && !(section == "train:" && /^  threads: /)'
+}
+# A run folder trained under other settings than its config now resolves to
+# (the file edited, another --set) would be skipped or resumed, and its
+# results pooled with the new runs under one name: refuse before anything trains.
+for job in "${jobs[@]}"; do
+  IFS=$'\t' read -r config tag seed <<<"$job"
+  stored="$out/$tag/seed$seed/config.yaml"
+  [[ -n "${yaml_of[$config]:-}" && -f "$stored" ]] || continue
+  difference="$(diff <(settings_of <"$stored") <(settings_of <<<"${yaml_of[$config]}") | grep -m2 '^[<>]' |
+    sed 's/^[<>] *//' | paste -sd'|')"
+  [[ -z "$difference" ]] ||
+    die "$out/$tag/seed$seed was trained with other settings than $config (and --set) give now" \
+        "(run: ${difference%%|*}; now: ${difference#*|}): use another --out, or restore the settings"
 done
 
 # Slots: one per visible GPU, or --cpu-jobs CPU slots ("").
@@ -289,13 +313,15 @@ next_job() {
 }
 
 # The --eval evaluations a finished run lacks; a failure is logged and counted, the run stays finished.
-evaluate() {  # DIR TAG SEED
-  local e name data
+evaluate() {  # DIR TAG SEED SLOT
+  local e name data gpu=()
+  [[ -z "$4" ]] || gpu=(CUDA_VISIBLE_DEVICES="$4")
   for e in "${evals[@]}"; do
     name="${e%%=*}" data="${e#*=}"
     [[ ! -f "$1/evals/$name.json" && ! -e "$state/stop" ]] || continue
     echo "# $(date '+%F %T') $CQK eval $1 --data $data --save $name" >>"$1/sweep.log"
-    if env "${eval_env[@]}" "$CQK" eval "$1" --data "$data" --save "$name" >>"$1/sweep.log" 2>&1 </dev/null; then
+    if env CQK_DIST=0 "${gpu[@]}" "${eval_env[@]}" "$CQK" eval "$1" --data "$data" --save "$name" \
+      >>"$1/sweep.log" 2>&1 </dev/null; then
       log "eval   $2 seed $3 on $name"
     else
       log "eval   $2 seed $3 on $name FAILED; see $1/sweep.log"
@@ -321,7 +347,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     if [[ $action == skip ]]; then
       log "skip   $tag seed $seed: finished ($dir/results.json)"
       printf 'skipped\t%s\t%s\n' "$tag" "$seed" >>"$state/outcomes"
-      evaluate "$dir" "$tag" "$seed"
+      evaluate "$dir" "$tag" "$seed" "$slot"
       continue
     fi
     mkdir -p "$dir"
@@ -336,10 +362,12 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     {
       echo "# $(date '+%F %T') $where: ${command[*]}"
     } >>"$dir/sweep.log"
+    # CQK_DIST=0: each run is one process, also inside a batch job whose
+    # SLURM_NTASKS or WORLD_SIZE would make it wait for ranks that never come.
     if [[ -n "$slot" ]]; then
-      CUDA_VISIBLE_DEVICES="$slot" "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
+      CQK_DIST=0 CUDA_VISIBLE_DEVICES="$slot" "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
     else
-      "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
+      CQK_DIST=0 "${command[@]}" >>"$dir/sweep.log" 2>&1 </dev/null &
     fi
     local pid=$!
     echo "$pid" >"$state/running.$BASHPID"
@@ -360,7 +388,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     fi
     printf '%s\t%s\t%s\n' "$outcome" "$tag" "$seed" >>"$state/outcomes"
     log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log") | $(progress)"
-    [[ $outcome != finished ]] || evaluate "$dir" "$tag" "$seed"
+    [[ $outcome != finished ]] || evaluate "$dir" "$tag" "$seed" "$slot"
   done
 }
 

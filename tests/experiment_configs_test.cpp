@@ -302,8 +302,9 @@ TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
   EXPECT_NE(dry.out.find("train tiny-sweep seed 1"), std::string::npos) << dry.out;
   EXPECT_NE(dry.out.find("resume tiny-sweep seed 2"), std::string::npos) << dry.out;
 
-  const auto first = run_command(sweep);
-  ASSERT_EQ(first.exit_code, 0) << first.out;
+  // Inside a batch job of four tasks, as under `sbatch --ntasks 4`: each run is still one process.
+  const auto first = run_command("export SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 MASTER_ADDR=127.0.0.1; " + sweep);
+  ASSERT_EQ(first.exit_code, 0) << first.out << read_file(seed1 / "sweep.log");
   EXPECT_NE(first.out.find("train  tiny-sweep seed 1"), std::string::npos) << first.out;
   EXPECT_NE(first.out.find("resume tiny-sweep seed 2"), std::string::npos) << first.out;
   EXPECT_NE(first.out.find("2 finished, 0 already finished"), std::string::npos) << first.out;
@@ -328,6 +329,19 @@ TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
   EXPECT_EQ(read_file(seed1 / "results.json"), results1);
   EXPECT_EQ(read_file(seed2 / "results.json"), results2);
   EXPECT_EQ(read_file(seed1 / "sweep.log"), log1) << "a finished run was started again";
+
+  // The config edited, or another --set: its finished runs are of other settings, and refused before anything runs.
+  std::ofstream(config) << tiny_sweep_config("sweep-tiny", 4, 2) << "  lr: 0.0123\n";
+  for (const std::string& command : {sweep, sweep_command(tmp.path(), "1,2", out, shell_quote(config)) +
+                                                " --set train.warmup_steps=2"}) {
+    const auto changed = run_command(command);
+    EXPECT_EQ(changed.exit_code, 2) << changed.out;
+    EXPECT_NE(changed.out.find("tiny-sweep/seed1 was trained with other settings than " + config), std::string::npos)
+        << changed.out;
+  }
+  const auto changed = run_command(sweep);
+  EXPECT_NE(changed.out.find("(run: lr: 0.001; now: lr: 0.0123)"), std::string::npos) << changed.out;
+  EXPECT_EQ(read_file(seed1 / "results.json"), results1);
 }
 
 // SIGTERM to the sweep's whole process group, as `kill -- -PGID` or a batch
