@@ -392,7 +392,7 @@ class TransformerLM(nn.Module):
 
     def loss(self, tokens, targets):
         logits = self.forward(tokens)
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
 
     def flops_per_token(self, seq_len):
         params = sum(p.numel() for p in self.parameters())
