@@ -139,6 +139,16 @@ TEST(Recall, TrainingDrawsFromAFixedPool) {
   EXPECT_EQ(distinct.size(), 5u);
 }
 
+// As for token files: 16 x 1 draws what 8 x 2 draws.
+TEST(Recall, AStepsExamplesDoNotDependOnItsMicroBatchSplit) {
+  auto whole = cqk::make_batch_source(recall_config(64, 8, 16), 3);
+  auto split = cqk::make_batch_source(recall_config(64, 8, 8), 3);
+  for (int step = 0; step < 3; ++step) {
+    const auto first = split->next_train().inputs, second = split->next_train().inputs;
+    EXPECT_TRUE(at::equal(at::cat({first, second}), whole->next_train().inputs)) << "step " << step;
+  }
+}
+
 TEST(Recall, RankSlicesMakeTheGlobalBatch) {
   const auto config = recall_config(64, 8, 16);
   auto whole = cqk::make_batch_source(config, 3);

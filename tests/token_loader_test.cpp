@@ -119,6 +119,23 @@ TEST(TokenLoader, SeekContinuesExactlyWhereDrawingWould) {
   }
 }
 
+// A step's sequences do not depend on its split into micro-batches: 8 x 1 draws
+// what 4 x 2 and 2 x 4 draw (data.batch_size x train.grad_accum), so the arms of
+// a pair may split a step differently and still see the same data.
+TEST(TokenLoader, AStepsSequencesDoNotDependOnItsMicroBatchSplit) {
+  Splits splits;
+  auto whole = cqk::make_batch_source(config_for(splits.dir.path, 16, 8, 0), 5);
+  for (int64_t micro : {4, 2}) {
+    auto split = cqk::make_batch_source(config_for(splits.dir.path, 16, micro, 0), 5);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<at::Tensor> inputs;
+      for (int64_t m = 0; m < 8 / micro; ++m) inputs.push_back(split->next_train().inputs);
+      EXPECT_TRUE(at::equal(at::cat(inputs), whole->next_train().inputs)) << "micro-batch " << micro << ", step " << step;
+    }
+    whole->seek_train(0);
+  }
+}
+
 TEST(TokenLoader, RankSlicesAreDisjointAndMakeTheGlobalBatch) {
   Splits splits;
   auto whole = cqk::make_batch_source(config_for(splits.dir.path, 16, 8), 5);

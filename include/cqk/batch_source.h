@@ -29,7 +29,7 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
 
-  // The next training batch for this rank. Batch n depends only on the seed,
+  // The next training batch for this rank. Batch n depends only on the seed, batch_size,
   // n, the rank and the world size, so a resumed run draws the same batches.
   virtual Batch next_train() = 0;
   // How many training batches have been drawn (stored in checkpoints).

@@ -14,7 +14,8 @@
 //
 // Training draws from a fixed pool of recall.train_examples sequences (example i
 // generated from (seed, train, i)); row j of global batch n is pool example
-// hash(seed, n, j) mod train_examples, so batch n depends only on (seed, n).
+// hash(seed, n * batch_size + j) mod train_examples: as in token_loader.h, the
+// sequences of a step do not depend on how it is split into micro-batches.
 // Valid and test are recall.eval_examples sequences from their own streams.
 // Ranks and the partial last eval batch are cut as in token_loader.h.
 #include <ATen/core/Tensor.h>

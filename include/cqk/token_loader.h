@@ -3,8 +3,11 @@
 // test.bin (token_file.h) in DataConfig::dir.
 //
 // Training: global batch n is batch_size windows of seq_len + 1 contiguous
-// tokens; window j starts at train_window_start(seed, n, j, ...), a counter-based
-// hash, so batch n depends only on (seed, n) and seek_train is O(1). Rank r of
+// tokens, training sequences n * batch_size + j for j < batch_size; sequence s
+// starts at train_window_start(seed, s, ...), a counter-based hash, so batch n
+// depends only on (seed, n, batch_size) and seek_train is O(1). A step of
+// grad_accum micro-batches draws sequences [step * B * grad_accum, ... + B *
+// grad_accum) whatever the split of that product into B and grad_accum. Rank r of
 // W takes rows [r*B/W, (r+1)*B/W) of the global batch (B % W must be 0). A
 // background thread keeps DataConfig::prefetch batches ready (0: none); it
 // produces exactly the batches next_train would, so prefetching never changes
@@ -46,8 +49,9 @@ struct EvalWindow {
 // stride in [1, seq_len]; a split shorter than seq_len + 1 gives one padded window.
 std::vector<EvalWindow> eval_windows(int64_t tokens, int64_t seq_len, int64_t stride);
 
-// Start of row `row` of global training batch `batch`: uniform in [0, max_start].
-int64_t train_window_start(uint64_t seed, int64_t batch, int64_t row, int64_t max_start);
+// Start of training sequence `sequence` (global batch n holds sequences
+// [n * batch_size, (n + 1) * batch_size)): uniform in [0, max_start].
+int64_t train_window_start(uint64_t seed, int64_t sequence, int64_t max_start);
 
 // Which splits a token folder must hold: all three to train, or valid and test
 // to evaluate a finished run on another folder (`cqk eval RUN --data DIR`, e.g.

@@ -33,9 +33,8 @@ void check_batch_split(int64_t batch_size, int rank, int world_size) {
 
 }  // namespace
 
-int64_t train_window_start(uint64_t seed, int64_t batch, int64_t row, int64_t max_start) {
-  const uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(batch)) ^
-                                (static_cast<uint64_t>(row) * 0xd6e8feb86659fd93ULL));
+int64_t train_window_start(uint64_t seed, int64_t sequence, int64_t max_start) {
+  const uint64_t h = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(sequence) * 0xd6e8feb86659fd93ULL));
   // Multiply-shift maps the hash onto [0, max_start] (bias < max_start / 2^64).
   return static_cast<int64_t>((static_cast<unsigned __int128>(h) * static_cast<uint64_t>(max_start + 1)) >> 64);
 }
@@ -284,7 +283,7 @@ Batch TokenBatchSource::train_batch(int64_t n) const {
   auto* in = inputs.data_ptr<int64_t>();
   auto* tg = targets.data_ptr<int64_t>();
   for (int64_t i = 0; i < rows_; ++i) {
-    const int64_t start = train_window_start(seed_, n, rank_ * rows_ + i, max_start);
+    const int64_t start = train_window_start(seed_, n * config_.batch_size + rank_ * rows_ + i, max_start);
     file.read(start, L, in + i * L);
     file.read(start + 1, L, tg + i * L);
   }
