@@ -284,6 +284,30 @@ TEST(TokenLoader, EvaluationOnlyFolderHasNoTrainingSplit) {
   }
 }
 
+// The fingerprint covers the evaluation splits too: a valid.bin or test.bin
+// encoded again under a run would change its final figures without a word.
+TEST(TokenLoader, TheDataFingerprintCoversEverySplit) {
+  Splits splits;
+  const auto config = config_for(splits.dir.path);
+  const std::string recorded = cqk::data_fingerprint(config);
+  EXPECT_NE(recorded.find(", train.bin 20000 tokens, valid.bin 1234 tokens, test.bin 999 tokens"), std::string::npos)
+      << recorded;
+  EXPECT_NO_THROW(cqk::check_data_fingerprint(recorded, config));
+  // A record of train.bin alone, as earlier builds wrote it, still agrees.
+  EXPECT_NO_THROW(cqk::check_data_fingerprint(recorded.substr(0, recorded.find(", valid.bin")), config));
+  write_split(splits.dir.path, "valid", 1300);
+  try {
+    cqk::check_data_fingerprint(recorded, config);
+    FAIL() << "a changed valid.bin passed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("valid.bin 1300 tokens"), std::string::npos) << e.what();
+  }
+  // ... and one of another train.bin does not.
+  std::string other_train = recorded.substr(0, recorded.find(", valid.bin"));
+  other_train.replace(other_train.find("20000"), 5, "19999");
+  EXPECT_THROW(cqk::check_data_fingerprint(other_train, config), std::runtime_error);
+}
+
 TEST(TokenLoader, SplitNames) {
   EXPECT_EQ(cqk::split_name(cqk::Split::Train), "train");
   EXPECT_EQ(cqk::split_name(cqk::Split::Valid), "valid");

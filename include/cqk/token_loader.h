@@ -99,15 +99,17 @@ class TokenBatchSource final : public BatchSource {
 // file when a token folder has no tokenizer.model or a different one.
 std::optional<std::string> data_tokenizer_path(const DataConfig& data);
 
-// What a run trains on, as far as a later command can check it: for token
-// files "tokenizer 0x..., train.bin N tokens" (the training split's header),
-// empty for the recall task (generated from the config). A run records it in
-// its checkpoints (TrainingState::data_fingerprint).
+// What a run trains and is evaluated on, as far as a later command can check
+// it: for token files "tokenizer 0x..., train.bin N tokens, valid.bin M
+// tokens, test.bin K tokens" (the splits' headers), empty for the recall task
+// (generated from the config). A run records it in its checkpoints
+// (TrainingState::data_fingerprint).
 std::string data_fingerprint(const DataConfig& data);
 // Throws std::runtime_error when `recorded` (a checkpoint's; empty: not
 // recorded) is not data.dir's fingerprint now: a relative data.dir read from
 // another folder, or a folder encoded again, would otherwise pass silently.
-// Passes when data.dir holds no train.bin (the commands that need it say so).
+// Passes when data.dir holds no train.bin (the commands that need it say so),
+// and for a record of train.bin alone (earlier builds) that data.dir's starts with.
 void check_data_fingerprint(const std::string& recorded, const DataConfig& data);
 
 }  // namespace cqk

@@ -341,9 +341,23 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
 std::string data_fingerprint(const DataConfig& data) {
   if (data.kind != DataKind::Tokens) return "";
   const TokenFile train = open_split(data.dir, "train");
-  return "tokenizer " + checksum_hex(train.tokenizer_checksum()) + ", train.bin " + std::to_string(train.size()) +
-         " tokens";
+  std::string fingerprint = "tokenizer " + checksum_hex(train.tokenizer_checksum());
+  for (const char* split : {"train", "valid", "test"})
+    fingerprint += std::string(", ") + split + ".bin " + std::to_string(open_split(data.dir, split).size()) + " tokens";
+  return fingerprint;
 }
+
+namespace {
+
+// Runs of builds before the evaluation splits were fingerprinted recorded
+// "tokenizer T, train.bin N tokens": they agree with a folder whose record starts so.
+bool same_data(const std::string& recorded, const std::string& now) {
+  if (recorded == now) return true;
+  const bool train_only = recorded.find(", valid.bin ") == std::string::npos;
+  return train_only && now.rfind(recorded + ", valid.bin ", 0) == 0;
+}
+
+}  // namespace
 
 void check_data_fingerprint(const std::string& recorded, const DataConfig& data) {
   // No training split there, nothing to disagree: a command that reads the
@@ -351,7 +365,7 @@ void check_data_fingerprint(const std::string& recorded, const DataConfig& data)
   // --ids) runs.
   if (recorded.empty() || !fs::exists(split_path(data.dir, "train"))) return;
   const std::string now = data_fingerprint(data);
-  if (now != recorded)
+  if (!same_data(recorded, now))
     throw std::runtime_error("data.dir " + data.dir + " holds other data than the run trained on (now " + now +
                              "; the run's: " + recorded +
                              "); run from the folder the run was started in (a relative data.dir is read from the "
