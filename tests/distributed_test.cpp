@@ -308,6 +308,25 @@ TEST(DistributedTraining, RanksOfDifferentRunsRefuseToStart) {
   }
 }
 
+// A run folder locked by another process: rank 0 is refused, and the other
+// ranks learn it from rank 0 at once instead of failing in the next
+// collective (with NCCL, only at the timeout).
+TEST(DistributedTraining, ALockedRunFolderEndsEveryRankWithRankZerosReason) {
+  TempDir root("cqk-dist");
+  const std::string run_dir = root / "run";
+  // timeout: its signal reaches flock's sleep too, which holds the lock (and must not hold the output open).
+  const auto result = run("mkdir -p " + shell_quote(run_dir) + " && { timeout 30 flock " +
+                          shell_quote(run_dir + "/.lock") + " sleep 30 >/dev/null 2>&1 & holder=$!; sleep 0.5; env " +
+                          "CQK_DIST_TIMEOUT=60 " + std::string(CQK_TOOL) + " launch --nproc 2 --" +
+                          train_arguments(2, run_dir) + "; status=$?; kill $holder; exit $status; }");
+  std::printf("[ timing ] locked run folder %.1f s\n", result.seconds);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("another cqk process is training this run"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("rank 0 could not take the run (its error says why)"), std::string::npos)
+      << result.output;
+  EXPECT_LT(result.seconds, 30) << result.output;
+}
+
 // A rank whose store never answers gives up after the timeout with a clear message.
 TEST(DistributedTraining, UnreachableStoreFailsAfterTheTimeout) {
   TempDir root("cqk-dist");

@@ -252,15 +252,25 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   // The run directory is made only once the config, the data and the model are
   // known to work, so that bad input never leaves a half-made run behind.
   fs::create_directories(fs::path(run_dir) / "checkpoints");
+  // Rank 0 locks the folder, and every rank learns whether it could: a refusal
+  // then ends them all now, not at the next collective's timeout.
   std::optional<RunLock> lock;
+  std::string lock_refused;
   if (dist.is_main()) {
-    lock.emplace(run_dir);
-    // Checked again under the lock: another process may have trained or finished a run here since the checks
-    // above.
-    if (fs::exists(fs::path(run_dir) / "results.json") || (!options.resume && !list_checkpoints(run_dir).empty()))
-      throw std::runtime_error(run_dir + ": another process trained a run here meanwhile; " +
-                               (options.resume ? "it has finished" : "choose another run.dir"));
+    try {
+      lock.emplace(run_dir);
+      // Checked again under the lock: another process may have trained or finished a run here since the
+      // checks above.
+      if (fs::exists(fs::path(run_dir) / "results.json") || (!options.resume && !list_checkpoints(run_dir).empty()))
+        throw std::runtime_error(run_dir + ": another process trained a run here meanwhile; " +
+                                 (options.resume ? "it has finished" : "choose another run.dir"));
+    } catch (const std::runtime_error& e) {
+      lock_refused = e.what();
+    }
   }
+  if (dist.all_reduce_sum({lock_refused.empty() ? 0.0 : 1.0})[0] > 0)
+    throw std::runtime_error(dist.is_main() ? lock_refused
+                                            : run_dir + ": rank 0 could not take the run (its error says why)");
   if (dist_env.rank == 0) log::add_file((fs::path(run_dir) / "train.log").string());
   if (!options.resume && dist.is_main()) {
     write_file_atomically(config_path, to_yaml(config));
