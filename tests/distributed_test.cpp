@@ -8,7 +8,9 @@
 #include <torch/serialize.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -214,6 +216,17 @@ void expect_two_ranks_match_one_process(const std::string& model) {
               1e-5 * expected["valid"]["loss"].get<double>());
   EXPECT_NEAR(results["valid"]["accuracy"].get<double>(), expected["valid"]["accuracy"].get<double>(), 1e-9);
   EXPECT_EQ(results["config_hash"], expected["config_hash"]);
+  // The coupling's diagnostics are of the same whole batch: within the parameters' rounding.
+  ASSERT_EQ(results.contains("coupling"), expected.contains("coupling"));
+  if (expected.contains("coupling")) {
+    ASSERT_EQ(results["coupling"].size(), expected["coupling"].size());
+    for (std::size_t layer = 0; layer < expected["coupling"].size(); ++layer) {
+      for (const auto& [key, value] : expected["coupling"][layer].items()) {
+        const double want = value.get<double>(), got = results["coupling"][layer].at(key).get<double>();
+        EXPECT_NEAR(got, want, 1e-3 * std::max(std::abs(want), 1e-3)) << "layer " << layer << " " << key;
+      }
+    }
+  }
   EXPECT_EQ(read_file(root / "dist-run/metrics.jsonl").size() > 0, true);
   // Rank 1 stays quiet apart from warnings; rank 0's log reports the overlap.
   EXPECT_EQ(ranks.output.find("[rank 1] [info]"), std::string::npos) << ranks.output;

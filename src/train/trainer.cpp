@@ -315,8 +315,15 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
        " | " + std::to_string(tokens_per_step) + " tokens/step | MFU peak " + std::to_string(peak_flops / 1e9) +
        " GFLOP/s | SDPA " + sdpa_backend);
   const TargetTables tables = target_tables(*source);  // one pass over the training split, for every evaluation
-  // The coupling's diagnostics (coupling_diagnostics.h) on one fixed validation batch at every evaluation.
-  const auto coupling_batch = [&, batches = source->eval_batches(Split::Valid, 1)]() {
+  // The coupling's diagnostics (coupling_diagnostics.h) on one fixed validation batch at every evaluation:
+  // the whole first global batch, which rank 0 (the one that reports them) draws alone, so that they are
+  // those of the same run in one process.
+  const auto diagnostics_batches = [&] {
+    if (!dist.is_main()) return std::vector<Batch>{};
+    if (!dist.enabled()) return source->eval_batches(Split::Valid, 1);
+    return make_batch_source(config.data, config.run.seed)->eval_batches(Split::Valid, 1);
+  };
+  const auto coupling_batch = [&, batches = diagnostics_batches()]() {
     return batches.empty() ? std::vector<CouplingDiagnostics>{}
                            : coupling_diagnostics(model, batches.front().inputs.to(device));
   };
