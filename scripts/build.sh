@@ -4,6 +4,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$CQK_ROOT/scripts/setup.sh"
+source "$CQK_ROOT/scripts/env.sh"  # CQK_VENV again: setup.sh may have installed python3
 
 torch_prefix="$("$CQK_VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 if [[ ! -f "$CQK_BUILD/build.ninja" || $# -gt 0 ]]; then

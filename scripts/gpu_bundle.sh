@@ -16,6 +16,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$CQK_ROOT/scripts/setup.sh"
+source "$CQK_ROOT/scripts/env.sh"  # CQK_VENV again: setup.sh may have installed python3
 
 BUILD="${CQK_GPU_BUILD:-$CQK_ROOT/build-gpu}"
 BUNDLE="$BUILD/bundle"

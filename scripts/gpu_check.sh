@@ -134,6 +134,7 @@ else
   # shellcheck source=env.sh
   source "$ROOT/scripts/env.sh"
   bounded "$(limit 120 600)" "$ROOT/scripts/setup.sh" || { echo "gpu_check: setup failed" >&2; exit 1; }
+  source "$ROOT/scripts/env.sh"  # CQK_VENV again: setup.sh may have installed python3
   PYTHON="$CQK_VENV/bin/python"
   read_torch "$PYTHON" || { echo "gpu_check: torch from $PYTHON does not import" >&2; exit 1; }
   note "torch $TORCH_VERSION from $CQK_VENV"

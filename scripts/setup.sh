@@ -14,10 +14,11 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
   command -v apt-get >/dev/null || die "apt-get not found; install by hand: ${missing[*]}"
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null \
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo -n"  # -n: fail at once where sudo would ask for a password
+  $SUDO apt-get -o Acquire::Retries=5 update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o Acquire::Retries=5 install -y -qq "${missing[@]}" >/dev/null \
     || die "apt-get install failed for: ${missing[*]}"
+  source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # python3 may have come with them: the venv's name needs it
 fi
 
 command -v "$CQK_PYTHON" >/dev/null || die "$CQK_PYTHON not found (set CQK_PYTHON)"
@@ -29,12 +30,14 @@ command -v "$CQK_PYTHON" >/dev/null || die "$CQK_PYTHON not found (set CQK_PYTHO
 CQK_PIP_PACKAGES=("torch==$CQK_TORCH_VERSION" numpy matplotlib transformers==5.25.0 safetensors==0.8.0
                   sentencepiece==0.2.3 scipy==1.17.1 tensorboard==2.21.0)
 [[ "${CQK_WITH_LM_EVAL:-0}" == 1 ]] && CQK_PIP_PACKAGES+=("lm-eval[hf]==0.4.13")
+# A venv whose interpreter has gone (the Python it was made from was removed) is made again.
+"$CQK_VENV/bin/python" -c '' 2>/dev/null || rm -f "$CQK_VENV/.complete"
 if [[ ! -f "$CQK_VENV/.complete" ]]; then
   echo "setup: installing torch==$CQK_TORCH_VERSION into $CQK_VENV (one-time, ~4.6 GB)"
   rm -rf "$CQK_VENV"
   mkdir -p "$CQK_CACHE"
   "$CQK_PYTHON" -m venv "$CQK_VENV" || die "cannot create a venv with $CQK_PYTHON (install python3-venv)"
-  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "${CQK_PIP_PACKAGES[@]}" \
+  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check --retries 10 --timeout 60 "${CQK_PIP_PACKAGES[@]}" \
     || die "pip could not install ${CQK_PIP_PACKAGES[*]} for $("$CQK_PYTHON" --version)"
   touch "$CQK_VENV/.complete"
 fi
@@ -50,6 +53,6 @@ for requirement in sys.argv[1:]:
 import torch.utils, numpy, matplotlib  # noqa: E401 - they import, not just are listed
 PY
 then
-  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check "${CQK_PIP_PACKAGES[@]}" \
+  "$CQK_VENV/bin/pip" install -q --disable-pip-version-check --retries 10 --timeout 60 "${CQK_PIP_PACKAGES[@]}" \
     || die "the cached environment $CQK_VENV is broken and pip could not repair it; delete it and run again"
 fi
