@@ -49,12 +49,13 @@ TEST(EventFile, RecordsReadBackAndDamageIsNamed) {
   }
 }
 
-TEST(EventFile, SummaryStepIsReadBackAndTheVersionEventHasNone) {
-  EXPECT_EQ(ef::summary_step(ef::scalars_event(1.0, 123456789012, {{"a", 1.0}, {"b", -2.0}})), 123456789012);
-  EXPECT_EQ(ef::summary_step(ef::text_event(1.0, 0, "config", "x")), 0);
-  EXPECT_EQ(ef::summary_step(ef::file_version_event(1.0)), std::nullopt);
-  const std::string event = ef::scalars_event(1.0, 5, {{"train/loss", 1.0}});
-  EXPECT_THROW(ef::summary_step(event.substr(0, event.size() - 2)), std::runtime_error);
+// The session start's bytes: what TensorBoard's loader purges later steps on (event.proto SessionLog).
+TEST(EventFile, SessionStartEventHasTheProtobufLayout) {
+  const std::string expected = std::string("\x09", 1) + std::string(8, '\0') +  // wall_time = 0.0 (fixed64)
+                               "\x10\x05" +                                    // step = 5
+                               "\x3a\x02" +                                    // session_log, 2 bytes
+                               "\x08\x01";                                     //   status = START
+  EXPECT_EQ(ef::session_start_event(0.0, 5), expected);
 }
 
 // The scalar event's bytes, field by field (event.proto, summary.proto).

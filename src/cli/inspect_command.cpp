@@ -126,20 +126,29 @@ void print_diagnostics_row(const std::string& label, const CouplingDiagnostics& 
 
 const char* kDiagnosticsHeader = "    step  q change  k change  mean |s|   log det\n";
 
-// The diagnostics logged at each evaluation (metrics.jsonl) and at the end (results.json).
+// The diagnostics logged at each evaluation and at the end (metrics.jsonl's last
+// line; results.json's, for runs whose final line did not carry them).
 void print_logged_diagnostics(const fs::path& run_dir) {
   std::cout << "\ncoupling at each evaluation (means over layers, one validation batch):\n" << kDiagnosticsHeader;
+  std::ifstream results_file(run_dir / "results.json");
+  const auto results = nlohmann::json::parse(results_file, nullptr, /*allow_exceptions=*/false);
+  const bool finished = !results.is_discarded() && results.contains("coupling");
+  const int64_t final_step = finished ? results.value("steps", int64_t{-1}) : -1;
   int rows = 0;
+  bool final_logged = false;
   std::ifstream metrics(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (entry.is_discarded() || !entry.contains("coupling")) continue;  // a torn last line is skipped too
-    print_diagnostics_row(std::to_string(entry["step"].get<int64_t>()), mean_over_layers(coupling_from_json(entry["coupling"])));
+    const int64_t step = entry["step"].get<int64_t>();
+    // The final line: the only one with the test split's evaluation.
+    const bool final_line = step == final_step && entry.contains("test_loss");
+    final_logged = final_logged || final_line;
+    print_diagnostics_row(final_line ? "final" : std::to_string(step),
+                          mean_over_layers(coupling_from_json(entry["coupling"])));
     ++rows;
   }
-  std::ifstream results_file(run_dir / "results.json");
-  const auto results = nlohmann::json::parse(results_file, nullptr, /*allow_exceptions=*/false);
-  if (!results.is_discarded() && results.contains("coupling")) {
+  if (finished && !final_logged) {
     print_diagnostics_row("final", mean_over_layers(coupling_from_json(results["coupling"])));
     ++rows;
   }

@@ -65,19 +65,10 @@ void put_float(std::string& out, uint32_t field, float value) {
   put_little_endian(out, bits, 4);
 }
 
-uint64_t get_varint(const std::string& in, size_t& offset) {
-  uint64_t value = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (offset >= in.size()) throw std::runtime_error("event ends inside a varint");
-    const auto byte = static_cast<unsigned char>(in[offset++]);
-    value |= uint64_t{byte & 0x7Fu} << shift;
-    if ((byte & 0x80) == 0) return value;
-  }
-  throw std::runtime_error("event holds a varint longer than 10 bytes");
-}
-
 // Event fields (event.proto) and Summary fields (summary.proto).
-constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
+constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5, kEventSessionLog = 7;
+constexpr uint32_t kSessionLogStatus = 1;
+constexpr uint64_t kSessionStart = 1;  // SessionLog.START
 constexpr uint32_t kSummaryValue = 1;
 constexpr uint32_t kValueTag = 1, kValueSimpleValue = 2, kValueTensor = 8, kValueMetadata = 9;
 constexpr uint32_t kMetadataPluginData = 1, kPluginName = 1;
@@ -141,6 +132,15 @@ std::string file_version_event(double wall_time) {
   return event;
 }
 
+std::string session_start_event(double wall_time, int64_t step) {
+  std::string session_log;
+  put_key(session_log, kSessionLogStatus, kVarint);
+  put_varint(session_log, kSessionStart);
+  std::string event = event_header(wall_time, step);
+  put_bytes(event, kEventSessionLog, session_log);
+  return event;
+}
+
 std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, double>>& scalars) {
   std::string summary;
   for (const auto& [tag, value] : scalars) {
@@ -169,32 +169,6 @@ std::string text_event(double wall_time, int64_t step, const std::string& tag, c
   std::string event = event_header(wall_time, step);
   put_bytes(event, kEventSummary, summary);
   return event;
-}
-
-std::optional<int64_t> summary_step(const std::string& event) {
-  size_t offset = 0;
-  int64_t step = 0;
-  bool summary = false;
-  while (offset < event.size()) {
-    const uint64_t key = get_varint(event, offset);
-    const auto field = static_cast<uint32_t>(key >> 3);
-    switch (key & 7) {
-      case kVarint: {
-        const uint64_t value = get_varint(event, offset);
-        if (field == kEventStep) step = static_cast<int64_t>(value);
-        break;
-      }
-      case kFixed64: offset += 8; break;
-      case kFixed32: offset += 4; break;
-      case kLengthDelimited:
-        summary = summary || field == kEventSummary;
-        offset += get_varint(event, offset);
-        break;
-      default: throw std::runtime_error("event holds an unknown wire type " + std::to_string(key & 7));
-    }
-  }
-  if (offset > event.size()) throw std::runtime_error("event ends inside a field");
-  return summary ? std::optional<int64_t>(step) : std::nullopt;
 }
 
 }  // namespace cqk::event_file

@@ -1,9 +1,10 @@
 #pragma once
 // TensorBoard's event file format, written and read without protobuf or
 // TensorFlow: TFRecord framing (length, masked CRC32C of the length, payload,
-// masked CRC32C of the payload) around `Event` protos, of which cqk writes three
-// kinds: the file version header, scalars (Summary.Value.simple_value) and text
-// for the text plugin (a string tensor). Field numbers follow
+// masked CRC32C of the payload) around `Event` protos, of which cqk writes four
+// kinds: the file version header, a session start (a resume), scalars
+// (Summary.Value.simple_value) and text for the text plugin (a string tensor).
+// Field numbers follow
 // tensorflow/core/util/event.proto and framework/summary.proto.
 #include <cstdint>
 #include <istream>
@@ -28,12 +29,10 @@ std::optional<std::string> read_record(std::istream& in);
 
 // Serialised Event protos.
 std::string file_version_event(double wall_time);
+// SessionLog START at `step`: readers drop the events of earlier files from
+// that step on (what a resumed run logs again replaces them).
+std::string session_start_event(double wall_time, int64_t step);
 std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
 std::string text_event(double wall_time, int64_t step, const std::string& tag, const std::string& text);
-
-// The step of an Event that holds a summary (0 when absent, as in protobuf);
-// nullopt for other events (the file version). Throws std::runtime_error for a
-// malformed proto.
-std::optional<int64_t> summary_step(const std::string& event);
 
 }  // namespace cqk::event_file

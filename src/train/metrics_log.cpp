@@ -1,5 +1,6 @@
 #include "train/metrics_log.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -43,8 +44,10 @@ MetricsLog::MetricsLog(const std::string& run_dir, bool tensorboard, int64_t kep
 MetricsLog::~MetricsLog() = default;
 
 void MetricsLog::append(const nlohmann::json& line) {
+  auto stamped = line;  // wall-clock seconds since the epoch: loss against time, time lost to a restart
+  stamped["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::ofstream out(path_, std::ios::app);
-  out << line.dump() << '\n';
+  out << stamped.dump() << '\n';
   out.flush();
   if (!out && !append_failing_) log::warn(path_ + ": cannot append (disk full?); metrics lines are lost until it can");
   append_failing_ = !out;  // one warning a failing stretch

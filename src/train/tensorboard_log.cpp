@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <set>
-#include <stdexcept>
 
 #include "cqk/log.h"
 #include "train/event_file.h"
@@ -20,8 +18,6 @@ double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-bool is_event_file(const fs::path& path) { return path.filename().string().find("tfevents") != std::string::npos; }
-
 // TensorBoard's naming (the name must hold "tfevents"; it reads the files of a folder in name order).
 std::string event_file_name() {
   char host[256] = "localhost";
@@ -30,34 +26,12 @@ std::string event_file_name() {
   return "events.out.tfevents." + std::to_string(seconds) + "." + host + "." + std::to_string(getpid()) + ".cqk";
 }
 
-// The events of the folder's earlier files with step <= kept_through_step, in file
-// order, each once (a resume cut short may have copied some already).
-std::vector<std::string> carried_events(const std::vector<fs::path>& files, int64_t kept_through_step) {
-  std::vector<std::string> kept;
-  std::set<std::string> seen;
-  for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    size_t count = 0;
-    try {
-      while (auto event = event_file::read_record(in)) {
-        ++count;
-        const auto step = event_file::summary_step(*event);
-        if (step && *step <= kept_through_step && seen.insert(*event).second) kept.push_back(*event);
-      }
-    } catch (const std::runtime_error& e) {
-      log::warn("tensorboard: " + file.string() + " is damaged after " + std::to_string(count) +
-                " events (" + e.what() + "); kept those");
-    }
-  }
-  return kept;
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& metrics_line) {
   std::vector<std::pair<std::string, double>> scalars;
   for (const auto& [key, value] : metrics_line.items()) {
-    if (key == "step" || key == "tokens") continue;
+    if (key == "step" || key == "tokens" || key == "time") continue;
     if (key == "coupling") {
       // Per layer, then the mean over layers of each diagnostic.
       std::vector<std::pair<std::string, std::pair<double, int>>> means;
@@ -87,21 +61,14 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
 }
 
 TensorBoardLog::TensorBoardLog(const std::string& dir, int64_t kept_through_step) {
-  std::vector<fs::path> earlier;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file() && is_event_file(entry.path())) earlier.push_back(entry.path());
-  std::sort(earlier.begin(), earlier.end());
-  const auto carried = carried_events(earlier, kept_through_step);
-
   fs::create_directories(dir);
   path_ = (fs::path(dir) / event_file_name()).string();
-  if (std::find(earlier.begin(), earlier.end(), fs::path(path_)) != earlier.end()) path_ += ".1";  // same second, same pid
+  if (fs::exists(path_)) path_ += ".1";  // the same second and pid as an earlier file
   out_.open(path_, std::ios::binary | std::ios::trunc);
   write(event_file::file_version_event(wall_time()));
-  for (const auto& event : carried) write(event);
-  if (failed_) return;  // the earlier files stay: nothing is lost
-  for (const auto& file : earlier) fs::remove(file, ec);
+  // A resume: the earlier files stay as they are (a reader may be reading them
+  // now), and their events past the checkpoint are dropped by readers.
+  if (kept_through_step >= 0) write(event_file::session_start_event(wall_time(), kept_through_step + 1));
 }
 
 void TensorBoardLog::write(const std::string& event) {

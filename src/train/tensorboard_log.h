@@ -13,15 +13,16 @@ namespace cqk {
 // figures as train/<key>, evaluations as valid/<key> and test/<key>
 // (valid_seen_loss -> valid/seen_loss), the coupling's diagnostics as
 // coupling/layer<L>/<key> and their means over layers as coupling/mean/<key>.
-// "step" and "tokens" are the axes, not scalars.
+// "step", "tokens" and "time" are axes, not scalars.
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& metrics_line);
 
 class TensorBoardLog {
  public:
-  // A new event file in `dir`. The events of the folder's earlier files up to
-  // `kept_through_step` (a resume's checkpoint step; -1 for a new run) move
-  // into it and those files go, so each tag stays one curve. A damaged
-  // earlier file keeps its readable events and is reported once.
+  // A new event file in `dir`. On a resume (`kept_through_step`, the
+  // checkpoint's step; -1 for a new run) it starts with a session start at the
+  // next step, so that readers drop what the earlier files hold past the
+  // checkpoint and each tag stays one curve; the earlier files are not touched,
+  // so a TensorBoard reading them live moves on to the new one.
   TensorBoardLog(const std::string& dir, int64_t kept_through_step);
 
   void write_metrics(const nlohmann::json& metrics_line);

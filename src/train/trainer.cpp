@@ -474,6 +474,7 @@ TrainSummary run_training(const Config& input_config, const TrainOptions& option
   auto final_line = nlohmann::json{{"step", state.step}, {"tokens", state.tokens}};
   final_line.update(flat_evaluation_json("valid_", summary.valid));
   final_line.update(flat_evaluation_json("test_", summary.test));
+  if (!coupling.empty()) final_line["coupling"] = coupling_json(coupling);
   // results.json first: a run that fails before it is resumed, and must not have logged its final line yet.
   write_results(run_dir, config, state, breakdown, summary, coupling, hash);
   metrics->append(final_line);
