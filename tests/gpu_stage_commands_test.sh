@@ -13,6 +13,8 @@
 #
 #   tests/gpu_stage_commands_test.sh SCRIPTS_GPU_BUNDLE CONFIGS CQK CQK_TESTS CQK_KERNEL_BENCH
 set -euo pipefail
+# A build without CUDA has no cqk_kernel_bench (CMake passes an empty path).
+[[ -n "${5:-}" ]] || { echo "no cqk_kernel_bench: this build has no CUDA (CQK_CUDA=OFF or no nvcc)"; exit 77; }
 SRC="$(cd "$1" && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
