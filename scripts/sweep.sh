@@ -200,6 +200,24 @@ for seed in "${seeds[@]}"; do
   done
 done
 
+# --compare names variants: this sweep's run.names, or those of runs already in
+# OUT. A typo would otherwise surface only in cqk stats, after all the training.
+if [[ -x "$CQK" ]]; then
+  declare -A known_name=()
+  for name in "${!tag_of_name[@]}"; do known_name[$name]=1; done
+  while IFS= read -r name; do known_name[$name]=1; done < <(
+    for stored in "$out"/*/seed*/config.yaml; do
+      [[ -f "$stored" ]] && awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' "$stored"
+    done)
+  for c in "${compares[@]}"; do
+    [[ "$c" == *:* ]] || die "--compare '$c': expected VARIANT:BASE"
+    for name in "${c%%:*}" "${c#*:}"; do
+      [[ -n "${known_name[$name]:-}" ]] ||
+        die "--compare '$c': no config of this sweep and no run in $out is named '$name' (run.name)"
+    done
+  done
+fi
+
 # A config as it decides the results: without the run's folder, seed and CPU
 # threads, which the sweep sets per run and slot.
 settings_of() {  # resolved YAML on stdin

@@ -552,6 +552,17 @@ TEST(Sweep, RejectsBadUsage) {
             std::string::npos)
       << no_eval.out;
   EXPECT_EQ(run_command(with_tool + "test_error " + shell_quote(kGrid.string() + "/60m/vanilla.yaml")).exit_code, 0);
+  // --compare names that no config of the sweep has stop it before it trains.
+  const std::string grid60 = shell_quote(kGrid.string() + "/60m/vanilla.yaml") + " " +
+                             shell_quote(kGrid.string() + "/60m/vanilla-affine.yaml");
+  const std::string compare = "CQK_BIN=" + shell_quote(CQK_TOOL) + " " + script + " --dry-run --out " +
+                              shell_quote(::testing::TempDir() + "cqk-sweep-compare") + " --compare ";
+  const auto typo = run_command(compare + "60m-vanilla-afine:60m-vanilla " + grid60);
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.out.find("sweep: --compare '60m-vanilla-afine:60m-vanilla': no config of this sweep and no run in "),
+            std::string::npos)
+      << typo.out;
+  EXPECT_EQ(run_command(compare + "60m-vanilla-affine:60m-vanilla " + grid60).exit_code, 0);
 
   // Two configs that would share a run folder.
   cqk::testing::TempDir tmp("cqk-sweep-usage");
