@@ -319,6 +319,16 @@ progress() {
   fi
 }
 
+# Records a job's outcome and prints the progress as of it, under the lock:
+# two workers ending at once must not both count the other's outcome.
+record_outcome() {  # OUTCOME TAG SEED
+  (
+    flock 9
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$state/outcomes"
+    progress
+  ) 9>"$state/lock"
+}
+
 # Takes the next job index under a lock; prints nothing when none is left.
 next_job() {
   (
@@ -349,7 +359,7 @@ evaluate() {  # DIR TAG SEED SLOT
 }
 
 worker() {  # SLOT (a GPU index, or "" for the CPU)
-  local slot="$1" i config tag seed dir action rc outcome where trapped=0
+  local slot="$1" i config tag seed dir action rc outcome done_now where trapped=0
   # A SIGTERM to the whole process group (kill -- -PGID, a batch system's cancel) reaches the
   # workers too: take no new job, and still wait for the running training to checkpoint and
   # exit, so that its outcome is counted.
@@ -364,7 +374,7 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     [[ -n $action && ! -e "$state/stop" ]] || break
     if [[ $action == skip ]]; then
       log "skip   $tag seed $seed: finished ($dir/results.json)"
-      printf 'skipped\t%s\t%s\n' "$tag" "$seed" >>"$state/outcomes"
+      record_outcome skipped "$tag" "$seed" >/dev/null
       evaluate "$dir" "$tag" "$seed" "$slot"
       continue
     fi
@@ -404,8 +414,8 @@ worker() {  # SLOT (a GPU index, or "" for the CPU)
     elif [[ $rc -eq 3 ]]; then outcome=diverged
     else outcome=failed
     fi
-    printf '%s\t%s\t%s\n' "$outcome" "$tag" "$seed" >>"$state/outcomes"
-    log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log") | $(progress)"
+    done_now="$(record_outcome "$outcome" "$tag" "$seed")"
+    log "$outcome $tag seed $seed (exit $rc)$([[ $outcome == finished ]] || echo "; see $dir/sweep.log") | $done_now"
     [[ $outcome != finished ]] || evaluate "$dir" "$tag" "$seed" "$slot"
   done
 }
