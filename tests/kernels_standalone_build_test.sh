@@ -15,6 +15,8 @@ fi
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # Paths relative to the clone in ccache's keys: a new clone elsewhere reuses the cache (minutes cold).
+  export CCACHE_BASEDIR="$src"
 fi
 cmake -S "$src/kernels/standalone" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
   -DCMAKE_PREFIX_PATH="$torch_prefix" "${launcher[@]}" >"$build.configure.log" 2>&1 \
