@@ -176,7 +176,10 @@ if [[ -x "$CQK" ]]; then
   for config in "${configs[@]}"; do
     resolve=("$CQK" inspect "$config" --yaml)
     for o in "${overrides[@]}"; do resolve+=(--set "$o"); done
-    yaml="$(CQK_DIST=0 "${resolve[@]}" 2>&1)" || die "$config: $(tail -n 1 <<<"$yaml")"
+    # Standard output only: the YAML is compared with stored configs below.
+    errors="$(mktemp "${TMPDIR:-/tmp}/cqk-sweep-resolve.XXXXXX")" || die "mktemp failed"
+    yaml="$(CQK_DIST=0 "${resolve[@]}" 2>"$errors")" || { message="$(tail -n 1 "$errors")"; rm -f "$errors"; die "$config: $message"; }
+    rm -f "$errors"
     yaml_of[$config]="$yaml"
     name="$(awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' <<<"$yaml")"
     other="${tag_of_name[$name]:-}"  # a tag stands for one config file (checked above)
@@ -230,8 +233,11 @@ for job in "${jobs[@]}"; do
   IFS=$'\t' read -r config tag seed <<<"$job"
   stored="$out/$tag/seed$seed/config.yaml"
   [[ -n "${yaml_of[$config]:-}" && -f "$stored" ]] || continue
-  difference="$(diff <(settings_of <"$stored") <(settings_of <<<"${yaml_of[$config]}") | grep -m2 '^[<>]' |
-    sed 's/^[<>] *//' | paste -sd'|')"
+  # The stored file through this build too: one written by an older build may
+  # lack a key added since (with its default), which `cqk train --resume` accepts.
+  stored_yaml="$(CQK_DIST=0 "$CQK" inspect "$stored" --yaml 2>/dev/null)" || stored_yaml="$(cat "$stored")"
+  difference="$(diff <(settings_of <<<"$stored_yaml") <(settings_of <<<"${yaml_of[$config]}") |
+    awk '/^</ && !run {run = $0} /^>/ && !now {now = $0} END {if (run || now) print run "|" now}' | sed 's/^< *//; s/|> */|/')"
   [[ -z "$difference" ]] ||
     die "$out/$tag/seed$seed was trained with other settings than $config (and --set) give now" \
         "(run: ${difference%%|*}; now: ${difference#*|}): use another --out, or restore the settings"

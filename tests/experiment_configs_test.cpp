@@ -330,6 +330,16 @@ TEST(Sweep, TrainsSkipsFinishedRunsAndResumesPausedOnes) {
   EXPECT_EQ(read_file(seed2 / "results.json"), results2);
   EXPECT_EQ(read_file(seed1 / "sweep.log"), log1) << "a finished run was started again";
 
+  // A run folder written by an older build, whose config.yaml lacks a key added since (at its default): the same
+  // settings, skipped as before.
+  const std::string stored = read_file(seed1 / "config.yaml");
+  const auto key = stored.find("  decay_coupling: true\n");
+  ASSERT_NE(key, std::string::npos) << stored;
+  cqk::testing::write_file(seed1 / "config.yaml", stored.substr(0, key) + stored.substr(key + 23));
+  const auto older = run_command(sweep);
+  EXPECT_EQ(older.exit_code, 0) << older.out;
+  EXPECT_EQ(count_of(older.out, "skip   tiny-sweep seed"), 2) << older.out;
+
   // The config edited, or another --set: its finished runs are of other settings, and refused before anything runs.
   std::ofstream(config) << tiny_sweep_config("sweep-tiny", 4, 2) << "  lr: 0.0123\n";
   for (const std::string& command : {sweep, sweep_command(tmp.path(), "1,2", out, shell_quote(config)) +
