@@ -14,7 +14,8 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
   command -v apt-get >/dev/null || die "apt-get not found; install by hand: ${missing[*]}"
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo -n"  # -n: fail at once where sudo would ask for a password
+  # Not root: sudo, which may ask for a password at a terminal; elsewhere (CI) -n fails at once instead of waiting.
+  SUDO=""; [[ $(id -u) -ne 0 ]] && { [[ -t 0 ]] && SUDO="sudo" || SUDO="sudo -n"; }
   $SUDO apt-get -o Acquire::Retries=5 update -qq || die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o Acquire::Retries=5 install -y -qq "${missing[@]}" >/dev/null \
     || die "apt-get install failed for: ${missing[*]}"
