@@ -168,6 +168,9 @@ for config in "${configs[@]}"; do
   tag_of[$config]="$tag"
 done
 
+# run.name of a resolved config (YAML on standard input).
+run_name_of() { awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}'; }
+
 # cqk stats groups runs by run.name: two configs of one name would be pooled as
 # one variant. Checked on the configs as resolved with --set, when the tool is built.
 declare -A yaml_of=()
@@ -181,7 +184,7 @@ if [[ -x "$CQK" ]]; then
     yaml="$(CQK_DIST=0 "${resolve[@]}" 2>"$errors")" || { message="$(tail -n 1 "$errors")"; rm -f "$errors"; die "$config: $message"; }
     rm -f "$errors"
     yaml_of[$config]="$yaml"
-    name="$(awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' <<<"$yaml")"
+    name="$(run_name_of <<<"$yaml")"
     other="${tag_of_name[$name]:-}"  # a tag stands for one config file (checked above)
     [[ -z "$other" || "$other" == "${tag_of[$config]}" ]] ||
       die "$config and ${config_of_tag[$other]} both have run.name '$name': cqk stats would pool their runs as one variant; give each its own"
@@ -210,7 +213,7 @@ if [[ -x "$CQK" ]]; then
   for name in "${!tag_of_name[@]}"; do known_name[$name]=1; done
   while IFS= read -r name; do known_name[$name]=1; done < <(
     for stored in "$out"/*/seed*/config.yaml; do
-      [[ -f "$stored" ]] && awk '/^run:/ {r = 1; next} r && /^  name: / {sub(/^  name: /, ""); gsub(/"/, ""); print; exit}' "$stored"
+      [[ -f "$stored" ]] && run_name_of <"$stored"
     done)
   for c in "${compares[@]}"; do
     [[ "$c" == *:* ]] || die "--compare '$c': expected VARIANT:BASE"
