@@ -25,6 +25,14 @@ struct Batch {
   at::Tensor targets;
 };
 
+// The global index of training sequence `row` of global batch `batch` (row in
+// [0, batch_size), counted over all ranks): the key of its draw, so that a
+// step's sequences depend neither on the world size nor on the step's split
+// into micro-batches (batch_size x train.grad_accum).
+constexpr int64_t training_sequence(int64_t batch, int64_t batch_size, int64_t row) {
+  return batch * batch_size + row;
+}
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

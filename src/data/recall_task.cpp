@@ -155,7 +155,7 @@ Batch RecallTask::train_batch(int64_t n) const {
   auto* idx = index.data_ptr<int64_t>();
   const auto examples = static_cast<uint64_t>(config_.recall.train_examples);
   for (int64_t i = 0; i < rows_; ++i) {
-    const auto sequence = static_cast<uint64_t>(n * config_.batch_size + rank_ * rows_ + i);
+    const auto sequence = static_cast<uint64_t>(training_sequence(n, config_.batch_size, rank_ * rows_ + i));
     Rng rng{mix64(mix64(seed_ ^ 0x5851f42d4c957f2dULL) ^ (sequence * 0xd6e8feb86659fd93ULL))};
     idx[i] = static_cast<int64_t>(rng.below(examples));
   }

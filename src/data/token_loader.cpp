@@ -283,7 +283,8 @@ Batch TokenBatchSource::train_batch(int64_t n) const {
   auto* in = inputs.data_ptr<int64_t>();
   auto* tg = targets.data_ptr<int64_t>();
   for (int64_t i = 0; i < rows_; ++i) {
-    const int64_t start = train_window_start(seed_, n * config_.batch_size + rank_ * rows_ + i, max_start);
+    const int64_t start =
+        train_window_start(seed_, training_sequence(n, config_.batch_size, rank_ * rows_ + i), max_start);
     file.read(start, L, in + i * L);
     file.read(start + 1, L, tg + i * L);
   }
