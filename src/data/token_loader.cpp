@@ -342,8 +342,9 @@ std::vector<Batch> TokenBatchSource::eval_batches(Split split, int64_t max_batch
 std::string data_fingerprint(const DataConfig& data) {
   if (data.kind != DataKind::Tokens) return "";
   const TokenFile train = open_split(data.dir, "train");
-  std::string fingerprint = "tokenizer " + checksum_hex(train.tokenizer_checksum());
-  for (const char* split : {"train", "valid", "test"})
+  std::string fingerprint =
+      "tokenizer " + checksum_hex(train.tokenizer_checksum()) + ", train.bin " + std::to_string(train.size()) + " tokens";
+  for (const char* split : {"valid", "test"})
     fingerprint += std::string(", ") + split + ".bin " + std::to_string(open_split(data.dir, split).size()) + " tokens";
   return fingerprint;
 }
